@@ -1,0 +1,20 @@
+//! Words shared by every layer of drove: identifiers ([`NodeId`], [`VdiId`],
+//! [`ObjectId`], [`Epoch`]), the cluster map ([`ClusterMap`], [`NodeInfo`]), the VDI
+//! record ([`VdiInfo`]), size parsing, and the one error type ([`Error`]) whose
+//! [`ErrorKind`] each frontend maps to its own error codes.
+#![deny(missing_docs)]
+
+mod error;
+mod ids;
+mod map;
+mod size;
+mod vdi;
+
+pub use error::{Error, ErrorKind, Result};
+pub use ids::{Epoch, NodeId, ObjectId, VdiId};
+pub use map::{ClusterMap, NodeInfo, NodeState};
+pub use size::{format_size, parse_size};
+pub use vdi::{validate_name, ReplicationMode, VdiInfo, DEFAULT_OBJECT_SIZE, MAX_COPIES};
+
+/// Size of a checksummed block inside an object, in bytes.
+pub const BLOCK_SIZE: u64 = 4096;

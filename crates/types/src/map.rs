@@ -1,0 +1,64 @@
+//! The cluster map: every node with its zone, weight, addresses and state, versioned
+//! by an epoch. Placement is a pure function of this map.
+use crate::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Whether a node takes part in placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Serving; holds replicas.
+    Up,
+    /// Marked down by the membership logic.
+    Down,
+}
+
+/// One node as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's id (also its Raft id).
+    pub id: NodeId,
+    /// Failure domain: rack or datacenter.
+    pub zone: String,
+    /// Relative capacity; equal weights hold equal shares.
+    pub weight: u32,
+    /// `host:port` of the admin HTTP API (also carries Raft RPCs).
+    pub admin_addr: String,
+    /// `host:port` of the peer data transport.
+    pub peer_addr: String,
+    /// `host:port` of the NBD TCP listener.
+    pub nbd_addr: String,
+    /// Path of the NBD unix socket on the node's host.
+    pub nbd_socket: String,
+    /// Up or down.
+    pub state: NodeState,
+}
+
+/// All nodes, keyed by id, at one epoch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Version of this map.
+    pub epoch: Epoch,
+    /// Every node ever joined and not removed.
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+}
+
+impl ClusterMap {
+    /// The nodes that take part in placement, in id order.
+    pub fn up_nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.nodes.values().filter(|n| n.state == NodeState::Up)
+    }
+
+    /// One node by id.
+    pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
+        self.nodes.get(&id)
+    }
+
+    /// The number of distinct zones among up nodes.
+    pub fn zone_count(&self) -> usize {
+        let mut zones: Vec<&str> = self.up_nodes().map(|n| n.zone.as_str()).collect();
+        zones.sort_unstable();
+        zones.dedup();
+        zones.len()
+    }
+}
