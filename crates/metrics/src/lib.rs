@@ -179,9 +179,18 @@ mod tests {
         m.nbd_op("read", 4096, 0.001, true);
         m.peer_sent("2", 100);
         let text = m.encode();
-        assert!(text.contains("drove_nbd_ops_total{op=\"read\",result=\"ok\"} 1"), "{text}");
-        assert!(text.contains("drove_nbd_bytes_total{op=\"read\"} 4096"), "{text}");
-        assert!(text.contains("drove_peer_sent_bytes_total{peer=\"2\"} 100"), "{text}");
+        assert!(
+            text.contains("drove_nbd_ops_total{op=\"read\",result=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("drove_nbd_bytes_total{op=\"read\"} 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains("drove_peer_sent_bytes_total{peer=\"2\"} 100"),
+            "{text}"
+        );
         assert!(text.contains("drove_nbd_latency_seconds_bucket"), "{text}");
     }
 }

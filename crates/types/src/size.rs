@@ -39,10 +39,15 @@ pub fn parse_size(s: &str) -> Result<u64> {
 
 /// Format bytes with the largest binary unit that keeps one decimal, like `1.5G`.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
     for (name, unit) in UNITS {
         if bytes >= unit {
-            if bytes % unit == 0 {
+            if bytes.is_multiple_of(unit) {
                 return format!("{}{name}", bytes / unit);
             }
             return format!("{:.1}{name}", bytes as f64 / unit as f64);

@@ -1,0 +1,241 @@
+//! The client side of the peer transport: one multiplexed TCP connection per peer.
+//!
+//! Many requests are in flight on a connection at once; each carries an id and the
+//! reader task hands each response to the caller waiting for that id. A writer task
+//! owns the socket's write half and coalesces queued frames into one write. When the
+//! connection breaks, every waiter gets `Unavailable` and the next request dials
+//! again. Every wait has a timeout.
+use bytes::Bytes;
+use drove_metrics::Metrics;
+use drove_proto::{Frame, PeerReq, PeerResp};
+use drove_types::{Error, NodeId, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::MapCell;
+
+/// How long to wait for peers.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerTimeouts {
+    /// TCP connect.
+    pub connect: Duration,
+    /// One request's answer.
+    pub request: Duration,
+}
+
+impl Default for PeerTimeouts {
+    fn default() -> Self {
+        PeerTimeouts {
+            connect: Duration::from_secs(2),
+            request: Duration::from_secs(10),
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<Frame<PeerResp>>;
+
+struct Conn {
+    tx: mpsc::Sender<Bytes>,
+    pending: Mutex<HashMap<u64, Waiter>>,
+    dead: AtomicBool,
+}
+
+impl Conn {
+    fn take(&self, id: u64) -> Option<Waiter> {
+        self.pending.lock().ok()?.remove(&id)
+    }
+
+    fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        if let Ok(mut p) = self.pending.lock() {
+            // Dropping the senders wakes every waiter with an error.
+            p.clear();
+        }
+    }
+}
+
+/// Connections to every peer, dialled on first use.
+pub struct PeerPool {
+    me: NodeId,
+    map: Arc<MapCell>,
+    conns: Mutex<HashMap<NodeId, Arc<Conn>>>,
+    dial_lock: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+    timeouts: PeerTimeouts,
+    metrics: Arc<Metrics>,
+}
+
+impl PeerPool {
+    /// A pool for node `me`, finding peer addresses in `map`.
+    pub fn new(
+        me: NodeId,
+        map: Arc<MapCell>,
+        timeouts: PeerTimeouts,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(PeerPool {
+            me,
+            map,
+            conns: Mutex::new(HashMap::new()),
+            dial_lock: tokio::sync::Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            timeouts,
+            metrics,
+        })
+    }
+
+    /// This node.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Send `req` with `payload` to `node` and wait for its answer. A
+    /// [`PeerResp::Err`] answer is returned as an error.
+    pub async fn call(
+        &self,
+        node: NodeId,
+        req: PeerReq,
+        payload: Bytes,
+    ) -> Result<(PeerResp, Bytes)> {
+        let start = Instant::now();
+        let op = req.op_name();
+        let sent = payload.len() as u64;
+        let res = self.call_inner(node, req, payload).await;
+        let bytes = match &res {
+            Ok((_, p)) => sent + p.len() as u64,
+            Err(_) => sent,
+        };
+        self.metrics
+            .peer_client_op(op, bytes, start.elapsed().as_secs_f64(), res.is_ok());
+        res
+    }
+
+    async fn call_inner(
+        &self,
+        node: NodeId,
+        req: PeerReq,
+        payload: Bytes,
+    ) -> Result<(PeerResp, Bytes)> {
+        let conn = self.conn(node).await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = Frame {
+            id,
+            header: req,
+            payload,
+        }
+        .encode()
+        .map_err(|e| Error::invalid(format!("Cannot encode request: {e}")))?;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = conn.pending.lock() {
+            p.insert(id, tx);
+        }
+        if conn.tx.send(frame).await.is_err() {
+            conn.kill();
+            return Err(Error::unavailable(format!(
+                "Connection to node {node} closed"
+            )));
+        }
+        match tokio::time::timeout(self.timeouts.request, rx).await {
+            Ok(Ok(frame)) => crate::local::into_result(frame.header, frame.payload),
+            Ok(Err(_)) => Err(Error::unavailable(format!(
+                "Connection to node {node} broke before it answered"
+            ))),
+            Err(_) => {
+                conn.take(id);
+                Err(Error::unavailable(format!(
+                    "Node {node} did not answer within {:?}",
+                    self.timeouts.request
+                )))
+            }
+        }
+    }
+
+    async fn conn(&self, node: NodeId) -> Result<Arc<Conn>> {
+        if let Some(c) = self.live(node) {
+            return Ok(c);
+        }
+        // One dial at a time, so a burst of requests opens one connection, not many.
+        let _g = self.dial_lock.lock().await;
+        if let Some(c) = self.live(node) {
+            return Ok(c);
+        }
+        let map = self.map.get();
+        let addr = map
+            .node(node)
+            .map(|n| n.peer_addr.clone())
+            .ok_or_else(|| Error::unavailable(format!("Node {node} is not in the cluster map")))?;
+        let stream = tokio::time::timeout(self.timeouts.connect, TcpStream::connect(&addr))
+            .await
+            .map_err(|_| {
+                Error::unavailable(format!("Connecting to node {node} at {addr} timed out"))
+            })?
+            .map_err(|e| {
+                Error::unavailable(format!("Cannot connect to node {node} at {addr}"))
+                    .with_source(e)
+            })?;
+        let _ = stream.set_nodelay(true);
+        let conn = self.spawn_conn(node, stream);
+        if let Ok(mut m) = self.conns.lock() {
+            m.insert(node, conn.clone());
+        }
+        Ok(conn)
+    }
+
+    fn live(&self, node: NodeId) -> Option<Arc<Conn>> {
+        let m = self.conns.lock().ok()?;
+        m.get(&node)
+            .filter(|c| !c.dead.load(Ordering::SeqCst))
+            .cloned()
+    }
+
+    fn spawn_conn(&self, node: NodeId, stream: TcpStream) -> Arc<Conn> {
+        let (rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
+        let conn = Arc::new(Conn {
+            tx,
+            pending: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+        });
+        let label = node.to_string();
+        let metrics = self.metrics.clone();
+        let wconn = conn.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(64 << 10);
+            while let Some(first) = rx.recv().await {
+                batch.clear();
+                batch.extend_from_slice(&first);
+                // Coalesce whatever else is queued into one write.
+                while batch.len() < (1 << 20) {
+                    match rx.try_recv() {
+                        Ok(more) => batch.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+                if wr.write_all(&batch).await.is_err() {
+                    break;
+                }
+                metrics.peer_sent(&label, batch.len() as u64);
+            }
+            wconn.kill();
+        });
+        let rconn = conn.clone();
+        let metrics = self.metrics.clone();
+        let label = node.to_string();
+        tokio::spawn(async move {
+            let mut rd = BufReader::with_capacity(256 << 10, rd);
+            while let Ok(Some((frame, n))) = Frame::<PeerResp>::read_from(&mut rd).await {
+                metrics.peer_received(&label, n as u64);
+                if let Some(w) = rconn.take(frame.id) {
+                    let _ = w.send(frame);
+                }
+            }
+            rconn.kill();
+        });
+        conn
+    }
+}

@@ -1,0 +1,23 @@
+//! Layer 4 and 5 of the data path: replication and the peer transport.
+//!
+//! ```text
+//! volume ──> Gateway ──(local call or PeerPool/TCP)──> PeerServer ──> ObjectStore
+//!                 └── placement::locate(map, oid, copies) picks the replicas
+//! ```
+//! The [`Gateway`] is the node that serves a VDI; it sends every write to all
+//! replicas (direct) or to the first, which forwards (primary-copy), and reads from the
+//! nearest replica that answers. The [`PeerServer`] runs on every node and applies
+//! requests to the local store ([`local`]), forwarding for primary-copy writes.
+#![deny(missing_docs)]
+
+mod client;
+mod gateway;
+pub mod local;
+mod mapcell;
+mod ranges;
+mod server;
+
+pub use client::{PeerPool, PeerTimeouts};
+pub use gateway::Gateway;
+pub use mapcell::MapCell;
+pub use server::PeerServer;

@@ -1,0 +1,179 @@
+//! The peer side of the transport: accepts connections from other nodes' gateways
+//! and applies their requests to the local object store, concurrently, answering
+//! out of order. A primary-copy write is also forwarded to the nodes it names, and
+//! answered only when they all have it. Garbage on the port closes that connection
+//! and nothing else.
+use bytes::Bytes;
+use drove_metrics::Metrics;
+use drove_objstore::ObjectStore;
+use drove_proto::{Frame, PeerReq, PeerResp, WireError};
+use drove_types::Result;
+use futures::future::join_all;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::PeerPool;
+
+/// Requests one connection may have in flight.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// Serves this node's object store to its peers.
+pub struct PeerServer {
+    store: Arc<dyn ObjectStore>,
+    pool: Arc<PeerPool>,
+    metrics: Arc<Metrics>,
+}
+
+impl PeerServer {
+    /// A server over `store`; `pool` is used to forward primary-copy writes.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        pool: Arc<PeerPool>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(PeerServer {
+            store,
+            pool,
+            metrics,
+        })
+    }
+
+    /// Accept connections until the listener fails. The connections belong to this
+    /// future: dropping it (a node shutting down) closes every one of them.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, peer) = accepted?;
+                    let me = self.clone();
+                    conns.spawn(async move {
+                        if let Err(e) = me.serve_conn(stream).await {
+                            tracing::debug!(%peer, "peer connection closed: {e}");
+                        }
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    }
+
+    async fn serve_conn(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+        let _ = stream.set_nodelay(true);
+        let (rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
+        let writer = tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(64 << 10);
+            while let Some(first) = rx.recv().await {
+                batch.clear();
+                batch.extend_from_slice(&first);
+                while batch.len() < (1 << 20) {
+                    match rx.try_recv() {
+                        Ok(more) => batch.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+                wr.write_all(&batch).await?;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        let sem = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let mut rd = BufReader::with_capacity(256 << 10, rd);
+        let result = loop {
+            let frame = match Frame::<PeerReq>::read_from(&mut rd).await {
+                Ok(Some((f, _))) => f,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            let Ok(permit) = sem.clone().acquire_owned().await else {
+                break Ok(());
+            };
+            let me = self.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let reply = me.handle(frame).await;
+                let _ = tx.send(reply).await;
+                drop(permit);
+            });
+        };
+        drop(tx);
+        let _ = writer.await;
+        result
+    }
+
+    async fn handle(&self, frame: Frame<PeerReq>) -> Bytes {
+        let start = Instant::now();
+        let op = frame.header.op_name();
+        let in_bytes = frame.payload.len() as u64;
+        let res = self.apply(&frame.header, frame.payload).await;
+        let (header, payload) = match res {
+            Ok(r) => r,
+            Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),
+        };
+        let ok = !matches!(header, PeerResp::Err(_));
+        self.metrics.peer_server_op(
+            op,
+            in_bytes + payload.len() as u64,
+            start.elapsed().as_secs_f64(),
+            ok,
+        );
+        let reply = Frame {
+            id: frame.id,
+            header,
+            payload,
+        };
+        match reply.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                let fallback = Frame {
+                    id: frame.id,
+                    header: PeerResp::Err(WireError {
+                        kind: drove_types::ErrorKind::Io,
+                        msg: format!("Cannot encode reply: {e}"),
+                    }),
+                    payload: Bytes::new(),
+                };
+                fallback.encode().unwrap_or_default()
+            }
+        }
+    }
+
+    /// Apply locally and, for primary-copy writes, forward to the named nodes at the
+    /// same time; the answer is an error if any of them failed.
+    async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
+        let forward = match req {
+            PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => {
+                forward.clone()
+            }
+            _ => Vec::new(),
+        };
+        if forward.is_empty() {
+            return crate::local::apply(&self.store, req, payload).await;
+        }
+        let onward = strip_forward(req);
+        let remote = forward
+            .iter()
+            .map(|&n| self.pool.call(n, onward.clone(), payload.clone()));
+        let (local, remote) = tokio::join!(
+            crate::local::apply(&self.store, req, payload.clone()),
+            join_all(remote)
+        );
+        for r in remote {
+            r?;
+        }
+        local
+    }
+}
+
+fn strip_forward(req: &PeerReq) -> PeerReq {
+    let mut r = req.clone();
+    match &mut r {
+        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clear(),
+        _ => {}
+    }
+    r
+}
