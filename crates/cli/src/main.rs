@@ -1,0 +1,66 @@
+//! `drove`: one binary for the node daemon and every admin command. This file only
+//! parses arguments and dispatches; each subcommand group lives in its own module.
+mod client;
+mod cluster_cmd;
+mod node_cmd;
+mod table;
+mod up;
+mod vdi_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Replicated, WAN-aware block storage for virtual-machine disks.
+#[derive(Parser)]
+#[command(name = "drove", version, about, long_about = None)]
+struct Cli {
+    /// Admin address (host:port) of any node; defaults to $DROVE_CLUSTER, then 127.0.0.1:7000.
+    #[arg(long, global = true, env = "DROVE_CLUSTER")]
+    cluster: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run or inspect nodes.
+    #[command(subcommand)]
+    Node(node_cmd::NodeCmd),
+    /// Start a local cluster of N nodes on 127.0.0.1, for trying drove out.
+    Up(up::UpArgs),
+    /// Stop a cluster started with `drove up --detach`.
+    Down(up::DownArgs),
+    /// Cluster-wide status and settings.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCmd),
+    /// Create, list, inspect, resize and delete virtual disk images.
+    #[command(subcommand)]
+    Vdi(vdi_cmd::VdiCmd),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let ctx = client::Ctx::new(cli.cluster, cli.json);
+    let res = rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Node(c) => node_cmd::run(c, &ctx).await,
+            Cmd::Up(a) => up::up(a, &ctx).await,
+            Cmd::Down(a) => up::down(a, &ctx).await,
+            Cmd::Cluster(c) => cluster_cmd::run(c, &ctx).await,
+            Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
+        }
+    });
+    if let Err(e) = res {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,145 @@
+//! `drove node run` (the daemon) and `drove node list`.
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Subcommand};
+use drove_daemon::api::Status;
+use drove_daemon::NodeConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::client::{print_json, Ctx};
+use crate::table;
+
+#[derive(Subcommand)]
+pub enum NodeCmd {
+    /// Run a node in the foreground until SIGTERM or Ctrl-C.
+    Run(RunArgs),
+    /// List the nodes of the cluster map.
+    List,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Data directory (metadata, objects, DIR/nbd.sock).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Failure domain of this node (rack, datacenter).
+    #[arg(long, default_value = "z1")]
+    pub zone: String,
+    /// Admin HTTP API address (the CLI and other nodes use it).
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    pub listen: SocketAddr,
+    /// Peer data address [default: listen port + 1].
+    #[arg(long)]
+    pub peer_listen: Option<SocketAddr>,
+    /// NBD TCP address [default: listen port + 2].
+    #[arg(long)]
+    pub nbd_listen: Option<SocketAddr>,
+    /// Admin address of a member to join (first start only; a restart rejoins by itself).
+    #[arg(long)]
+    pub join: Option<String>,
+    /// Placement weight (relative capacity).
+    #[arg(long, default_value_t = 100)]
+    pub weight: u32,
+    /// Metadata voters at most; nodes joining after that are learners.
+    #[arg(long, default_value_t = 3)]
+    pub max_voters: usize,
+}
+
+fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
+    if addr.port() == 0 {
+        return Ok(addr);
+    }
+    let port = addr
+        .port()
+        .checked_add(by)
+        .ok_or_else(|| anyhow!("--listen port {} is too high to derive other ports", addr.port()))?;
+    Ok(SocketAddr::new(addr.ip(), port))
+}
+
+pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
+    match cmd {
+        NodeCmd::Run(a) => run_node(a).await,
+        NodeCmd::List => {
+            let s: Status = ctx.get("/api/status").await?;
+            if ctx.json {
+                return print_json(&s.map);
+            }
+            print_nodes(&s);
+            Ok(())
+        }
+    }
+}
+
+async fn run_node(a: RunArgs) -> Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .try_init();
+    if a.weight == 0 {
+        return Err(anyhow!("--weight must be at least 1"));
+    }
+    let cfg = NodeConfig {
+        data: a.data,
+        zone: a.zone,
+        weight: a.weight,
+        listen: a.listen,
+        peer_listen: match a.peer_listen {
+            Some(p) => p,
+            None => offset(a.listen, 1)?,
+        },
+        nbd_listen: match a.nbd_listen {
+            Some(p) => p,
+            None => offset(a.listen, 2)?,
+        },
+        join: a.join,
+        max_voters: a.max_voters.max(1),
+    };
+    drove_daemon::run(cfg, shutdown_signal())
+        .await
+        .context("node failed")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+pub fn print_nodes(s: &Status) {
+    let rows: Vec<Vec<String>> = s
+        .map
+        .nodes
+        .values()
+        .map(|n| {
+            let role = if s.leader == Some(n.id) {
+                "leader"
+            } else if s.voters.contains(&n.id) {
+                "voter"
+            } else {
+                "learner"
+            };
+            vec![
+                n.id.to_string(),
+                n.zone.clone(),
+                format!("{:?}", n.state).to_lowercase(),
+                role.to_string(),
+                n.admin_addr.clone(),
+                n.nbd_addr.clone(),
+                n.nbd_socket.clone(),
+            ]
+        })
+        .collect();
+    table::print(
+        &["ID", "ZONE", "STATE", "META", "ADMIN", "NBD", "SOCKET"],
+        &rows,
+    );
+}

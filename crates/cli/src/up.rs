@@ -1,0 +1,342 @@
+//! `drove up` and `drove down`: a local cluster of N node processes on 127.0.0.1,
+//! for trying drove out and for tests. The layout is written to DIR/cluster.json so
+//! that `down`, tests and scripts can find every node, and so that `up` on the same
+//! DIR restarts the same nodes on the same ports with their data.
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use drove_daemon::api::Status;
+use serde::{Deserialize, Serialize};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::client::{print_json, Ctx};
+use crate::table;
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Number of zones; nodes are put in zones round-robin [default: one zone per node].
+    #[arg(long)]
+    zones: Option<usize>,
+    /// Directory for the nodes' data, logs and cluster.json.
+    #[arg(long, default_value = "drove-cluster")]
+    dir: PathBuf,
+    /// Default copies of new VDIs [default: min(3, nodes)].
+    #[arg(long)]
+    copies: Option<u8>,
+    /// Start the nodes in the background and return; stop them with `drove down`.
+    #[arg(long)]
+    detach: bool,
+    /// First admin port; node i uses BASE+10i (admin), +1 (peer), +2 (NBD). 0 picks free ports.
+    #[arg(long, default_value_t = 7000)]
+    base_port: u16,
+}
+
+#[derive(Args)]
+pub struct DownArgs {
+    /// The directory given to `drove up`.
+    #[arg(long, default_value = "drove-cluster")]
+    dir: PathBuf,
+}
+
+/// One node in cluster.json.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEntry {
+    pub id: u64,
+    pub zone: String,
+    pub admin: String,
+    pub peer: String,
+    pub nbd_tcp: String,
+    pub nbd_unix: String,
+    pub data: String,
+    pub pid: u32,
+}
+
+/// DIR/cluster.json.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFile {
+    pub nodes: Vec<NodeEntry>,
+}
+
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("Cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn port_free(p: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", p)).is_ok()
+}
+
+fn read_file(dir: &Path) -> Result<Option<ClusterFile>> {
+    let path = dir.join("cluster.json");
+    match std::fs::read(&path) {
+        Ok(b) => Ok(Some(serde_json::from_slice(&b).with_context(|| {
+            format!("{} is not a drove cluster file", path.display())
+        })?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("Cannot read {}", path.display())),
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+}
+
+/// The layout of a new cluster: ports and zones.
+fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
+    if a.nodes == 0 || a.nodes > 64 {
+        bail!("--nodes must be 1 to 64");
+    }
+    let zones = a.zones.unwrap_or(a.nodes);
+    if zones == 0 || zones > a.nodes {
+        bail!("--zones must be 1 to the number of nodes ({})", a.nodes);
+    }
+    let mut out = Vec::new();
+    for i in 0..a.nodes {
+        let ports: Vec<u16> = if a.base_port == 0 {
+            (0..3).map(|_| free_port()).collect::<Result<_>>()?
+        } else {
+            let base = u32::from(a.base_port) + 10 * i as u32;
+            if base + 2 > u32::from(u16::MAX) {
+                bail!("--base-port {} leaves no room for {} nodes", a.base_port, a.nodes);
+            }
+            let ps: Vec<u16> = (0..3).map(|k| (base + k) as u16).collect();
+            if let Some(p) = ps.iter().find(|&&p| !port_free(p)) {
+                bail!("Port {p} is in use: pass another --base-port, or 0 for free ports");
+            }
+            ps
+        };
+        let data = dir.join(format!("node{}", i + 1));
+        out.push(NodeEntry {
+            id: 0,
+            zone: format!("z{}", i % zones + 1),
+            admin: format!("127.0.0.1:{}", ports[0]),
+            peer: format!("127.0.0.1:{}", ports[1]),
+            nbd_tcp: format!("nbd://127.0.0.1:{}", ports[2]),
+            nbd_unix: abs(&data.join("nbd.sock")),
+            data: abs(&data),
+            pid: 0,
+        });
+    }
+    Ok(out)
+}
+
+fn abs(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
+    std::fs::create_dir_all(&n.data).with_context(|| format!("Cannot create {}", n.data))?;
+    let log_path = Path::new(&n.data).join("node.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("Cannot open {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("Cannot find the drove binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["node", "run", "--data", &n.data, "--zone", &n.zone])
+        .args(["--listen", &n.admin, "--peer-listen", &n.peer])
+        .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")]);
+    if let Some(j) = join {
+        cmd.args(["--join", j]);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe; a new session keeps the node running
+        // when the terminal that ran `drove up --detach` goes away.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn().context("Cannot start a node process")
+}
+
+/// Wait until node `n` answers and its map has `want` nodes; returns its status.
+async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) -> Result<Status> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(Some(code)) = child.try_wait() {
+            bail!(
+                "Node in {} exited ({code}) while starting; see {}/node.log",
+                n.data,
+                n.data
+            );
+        }
+        if let Ok(s) = ctx.get_at::<Status>(&n.admin, "/api/status").await {
+            if s.map.nodes.len() >= want && s.leader.is_some() && s.map.nodes.contains_key(&s.node_id) {
+                return Ok(s);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("Node in {} did not become ready in 90 s; see {}/node.log", n.data, n.data);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("Cannot create {}", a.dir.display()))?;
+    let existing = read_file(&a.dir)?;
+    if let Some(f) = &existing {
+        if let Some(n) = f.nodes.iter().find(|n| alive(n.pid)) {
+            bail!(
+                "A cluster from {} is still running (pid {}); stop it with `drove down --dir {}`",
+                a.dir.display(),
+                n.pid,
+                a.dir.display()
+            );
+        }
+    }
+    let restart = existing.is_some();
+    let mut nodes = match existing {
+        Some(f) => {
+            eprintln!("Restarting the {} nodes of {}", f.nodes.len(), a.dir.display());
+            f.nodes
+        }
+        None => plan(&a, &a.dir)?,
+    };
+    let mut children = Vec::new();
+    if restart {
+        // Every node has its metadata; they must all run to elect a leader.
+        for n in &nodes {
+            children.push(spawn(n, None)?);
+        }
+        let count = nodes.len();
+        for (n, c) in nodes.iter_mut().zip(children.iter_mut()) {
+            let s = wait_ready(ctx, n, count, c).await?;
+            n.id = s.node_id.0;
+            n.pid = c.id();
+        }
+    } else {
+        let first_admin = nodes[0].admin.clone();
+        for i in 0..nodes.len() {
+            let join = (i > 0).then_some(first_admin.as_str());
+            let mut c = spawn(&nodes[i], join)?;
+            let s = wait_ready(ctx, &nodes[i], i + 1, &mut c).await?;
+            nodes[i].id = s.node_id.0;
+            nodes[i].pid = c.id();
+            eprintln!("node {} up in zone {} ({})", nodes[i].id, nodes[i].zone, nodes[i].admin);
+            children.push(c);
+        }
+        let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
+        let c2 = Ctx::new(Some(first_admin), ctx.json);
+        let _: drove_daemon::api::Settings = c2
+            .post(
+                "/api/settings",
+                &drove_daemon::api::Settings {
+                    default_copies: Some(copies),
+                },
+            )
+            .await
+            .context("Cannot set the default copies")?;
+    }
+    let file = ClusterFile { nodes };
+    let path = a.dir.join("cluster.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&file)?)
+        .with_context(|| format!("Cannot write {}", path.display()))?;
+    if ctx.json {
+        print_json(&file)?;
+    } else {
+        print_table(&file);
+        println!("\nexport DROVE_CLUSTER={}", file.nodes[0].admin);
+    }
+    if a.detach {
+        return Ok(());
+    }
+    eprintln!("Running; press Ctrl-C to stop the cluster.");
+    wait_for_stop().await;
+    stop(&file).await;
+    Ok(())
+}
+
+async fn wait_for_stop() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut t) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn print_table(f: &ClusterFile) {
+    let rows: Vec<Vec<String>> = f
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.id.to_string(),
+                n.zone.clone(),
+                n.admin.clone(),
+                n.nbd_tcp.clone(),
+                n.nbd_unix.clone(),
+                n.pid.to_string(),
+            ]
+        })
+        .collect();
+    table::print(&["ID", "ZONE", "ADMIN", "NBD TCP", "NBD UNIX", "PID"], &rows);
+}
+
+/// SIGTERM every node, then SIGKILL what is left after 15 s.
+async fn stop(f: &ClusterFile) {
+    for n in &f.nodes {
+        if alive(n.pid) {
+            // SAFETY: sending a signal to a pid we started has no memory effects.
+            unsafe { libc::kill(n.pid as i32, libc::SIGTERM) };
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while f.nodes.iter().any(|n| alive(n.pid)) && Instant::now() < deadline {
+        reap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for n in &f.nodes {
+        if alive(n.pid) {
+            eprintln!("node {} did not stop in 15 s; killing it", n.id);
+            // SAFETY: as above.
+            unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
+        }
+    }
+    reap();
+}
+
+/// Collect exited children so that `alive` does not see zombies.
+fn reap() {
+    loop {
+        // SAFETY: waitpid with WNOHANG on any child only reaps exited children.
+        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if r <= 0 {
+            break;
+        }
+    }
+}
+
+pub async fn down(a: DownArgs, _ctx: &Ctx) -> Result<()> {
+    let f = read_file(&a.dir)?.ok_or_else(|| {
+        anyhow!("No cluster in {} (no cluster.json)", a.dir.display())
+    })?;
+    let running = f.nodes.iter().filter(|n| alive(n.pid)).count();
+    stop(&f).await;
+    eprintln!("Stopped {running} node(s) of {}", a.dir.display());
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `drove vdi ...`: the VDI table.
+use anyhow::{bail, Result};
+use clap::Subcommand;
+use drove_daemon::api::{CreateVdi, Resize, VdiDetail};
+use drove_types::{format_size, parse_size, ReplicationMode, VdiInfo, MAX_COPIES};
+
+use crate::client::{print_json, Ctx};
+use crate::table;
+
+#[derive(Subcommand)]
+pub enum VdiCmd {
+    /// Create a VDI; SIZE takes K/M/G/T suffixes (e.g. 10G).
+    Create {
+        /// Name; also the NBD export name.
+        name: String,
+        /// Size, e.g. 1G.
+        size: String,
+        /// Copies of every object (1..=5); the cluster default when omitted.
+        #[arg(long)]
+        copies: Option<u8>,
+        /// How writes reach the replicas: `direct` (gateway to all at once) or
+        /// `primary-copy` (gateway to the first, which forwards).
+        #[arg(long, default_value = "direct")]
+        mode: String,
+    },
+    /// List every VDI.
+    List,
+    /// Show one VDI and how to attach it.
+    Info {
+        /// Name.
+        name: String,
+    },
+    /// Delete a VDI and its data.
+    Delete {
+        /// Name.
+        name: String,
+    },
+    /// Grow a VDI to SIZE (shrinking is refused).
+    Resize {
+        /// Name.
+        name: String,
+        /// New size, e.g. 20G.
+        size: String,
+    },
+}
+
+pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
+    match cmd {
+        VdiCmd::Create {
+            name,
+            size,
+            copies,
+            mode,
+        } => {
+            let size = parse_size(&size)?;
+            if let Some(c) = copies {
+                if c == 0 || c > MAX_COPIES {
+                    bail!("Bad --copies {c}: use 1 to {MAX_COPIES}");
+                }
+            }
+            let mode: ReplicationMode = mode.parse()?;
+            let d: VdiDetail = ctx
+                .post(
+                    "/api/vdis",
+                    &CreateVdi {
+                        name,
+                        size,
+                        copies,
+                        mode,
+                    },
+                )
+                .await?;
+            show(ctx, &d)
+        }
+        VdiCmd::List => {
+            let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
+            if ctx.json {
+                return print_json(&vdis);
+            }
+            let rows: Vec<Vec<String>> = vdis
+                .iter()
+                .map(|v| {
+                    vec![
+                        v.name.clone(),
+                        v.id.to_string(),
+                        format_size(v.size),
+                        v.copies.to_string(),
+                        v.mode.to_string(),
+                    ]
+                })
+                .collect();
+            table::print(&["NAME", "ID", "SIZE", "COPIES", "MODE"], &rows);
+            Ok(())
+        }
+        VdiCmd::Info { name } => {
+            let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
+            show(ctx, &d)
+        }
+        VdiCmd::Delete { name } => {
+            let v: serde_json::Value = ctx.delete(&format!("/api/vdis/{}", encode(&name))).await?;
+            if ctx.json {
+                return print_json(&v);
+            }
+            println!("Deleted VDI '{name}'");
+            Ok(())
+        }
+        VdiCmd::Resize { name, size } => {
+            let size = parse_size(&size)?;
+            let d: VdiDetail = ctx
+                .post(&format!("/api/vdis/{}/resize", encode(&name)), &Resize { size })
+                .await?;
+            show(ctx, &d)
+        }
+    }
+}
+
+/// VDI names are `[A-Za-z0-9._-]`, so they are path-safe; anything else is sent
+/// percent-encoded and the node rejects it with a clear message.
+fn encode(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
+    if ctx.json {
+        return print_json(d);
+    }
+    let i = &d.info;
+    println!("name:        {}", i.name);
+    println!("id:          {}", i.id);
+    println!("size:        {} ({} bytes)", format_size(i.size), i.size);
+    println!("copies:      {}", i.copies);
+    println!("mode:        {}", i.mode);
+    println!("object size: {}", format_size(u64::from(i.object_size)));
+    println!("objects:     {}", d.objects);
+    println!("nbd (tcp):   {}", d.nbd_tcp);
+    println!("nbd (unix):  {}", d.nbd_unix);
+    Ok(())
+}

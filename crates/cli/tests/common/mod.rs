@@ -1,0 +1,246 @@
+//! Test kit for end-to-end tests: real `drove` node processes on 127.0.0.1 (started
+//! with `drove up --detach`, one temp dir and free ports each), real clients
+//! (qemu-io, qemu-img, nbdinfo, fio), and waits that poll a condition with a
+//! deadline instead of sleeping. A missing client binary makes a test print
+//! "not run: ..." and return, never pass silently.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn drove_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_drove")
+}
+
+/// Whether `tool` is on PATH; prints a "not run" line when it is not.
+pub fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("not run: {tool} is not installed (make deps installs it)");
+    }
+    ok
+}
+
+/// Poll `cond` every 50 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// One node as cluster.json describes it.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub id: u64,
+    pub zone: String,
+    pub admin: String,
+    pub peer: String,
+    pub nbd_tcp: String,
+    pub nbd_unix: String,
+    pub data: PathBuf,
+    pub pid: u32,
+}
+
+impl Node {
+    pub fn uri(&self, export: &str) -> String {
+        format!("nbd+unix:///{export}?socket={}", self.nbd_unix)
+    }
+    pub fn tcp_uri(&self, export: &str) -> String {
+        format!("{}/{export}", self.nbd_tcp)
+    }
+}
+
+/// A local cluster, stopped (SIGKILL of anything left) when dropped.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    /// Nodes restarted by the test (not by `drove up`).
+    extra: Vec<Child>,
+}
+
+impl Cluster {
+    pub fn start(nodes: usize, zones: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let o = run(Command::new(drove_bin()).args([
+            "up",
+            "--nodes",
+            &nodes.to_string(),
+            "--zones",
+            &zones.to_string(),
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--detach",
+            "--base-port",
+            "0",
+        ]));
+        assert!(o.status.success(), "drove up failed: {}", text(&o));
+        let mut c = Cluster {
+            dir,
+            nodes: Vec::new(),
+            extra: Vec::new(),
+        };
+        c.reload();
+        c
+    }
+
+    pub fn reload(&mut self) {
+        let f: Value =
+            serde_json::from_slice(&std::fs::read(self.dir.path().join("cluster.json")).unwrap())
+                .unwrap();
+        self.nodes = f["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| Node {
+                id: n["id"].as_u64().unwrap(),
+                zone: n["zone"].as_str().unwrap().into(),
+                admin: n["admin"].as_str().unwrap().into(),
+                peer: n["peer"].as_str().unwrap().into(),
+                nbd_tcp: n["nbd_tcp"].as_str().unwrap().into(),
+                nbd_unix: n["nbd_unix"].as_str().unwrap().into(),
+                data: PathBuf::from(n["data"].as_str().unwrap()),
+                pid: n["pid"].as_u64().unwrap() as u32,
+            })
+            .collect();
+    }
+
+    /// Run `drove ARGS --cluster <node i>`.
+    pub fn drove(&self, i: usize, args: &[&str]) -> Output {
+        run(Command::new(drove_bin())
+            .args(args)
+            .args(["--cluster", &self.nodes[i].admin]))
+    }
+
+    /// `drove vdi create` that must succeed.
+    pub fn create_vdi(&self, name: &str, size: &str, extra: &[&str]) {
+        let mut args = vec!["vdi", "create", name, size];
+        args.extend_from_slice(extra);
+        let o = self.drove(0, &args);
+        assert!(o.status.success(), "vdi create failed: {}", text(&o));
+    }
+
+    pub fn kill(&self, i: usize) {
+        // SAFETY: signalling a child process we started.
+        unsafe { libc::kill(self.nodes[i].pid as i32, libc::SIGKILL) };
+        let pid = self.nodes[i].pid;
+        wait_until(Duration::from_secs(10), "killed node to exit", || {
+            // SAFETY: reaping / probing our own child.
+            unsafe {
+                libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+                libc::kill(pid as i32, 0) != 0
+            }
+        });
+    }
+
+    /// Start node `i` again on the same data directory and ports.
+    pub fn restart(&mut self, i: usize) {
+        let n = self.nodes[i].clone();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(n.data.join("node.log"))
+            .unwrap();
+        let child = Command::new(drove_bin())
+            .args(["node", "run", "--data", n.data.to_str().unwrap()])
+            .args(["--zone", &n.zone, "--listen", &n.admin, "--peer-listen", &n.peer])
+            .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.nodes[i].pid = child.id();
+        self.extra.push(child);
+        let admin = n.admin.clone();
+        wait_until(Duration::from_secs(60), "restarted node to serve", || {
+            Command::new(drove_bin())
+                .args(["cluster", "status", "--cluster", &admin])
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+                && Path::new(&n.nbd_unix).exists()
+        });
+    }
+
+    /// `drove down`, then `drove up` on the same directory.
+    pub fn restart_all(&mut self) {
+        let o = run(Command::new(drove_bin())
+            .args(["down", "--dir", self.dir.path().to_str().unwrap()]));
+        assert!(o.status.success(), "drove down failed: {}", text(&o));
+        for c in &mut self.extra {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.extra.clear();
+        let o = run(Command::new(drove_bin()).args([
+            "up",
+            "--dir",
+            self.dir.path().to_str().unwrap(),
+            "--detach",
+        ]));
+        assert!(o.status.success(), "drove up (restart) failed: {}", text(&o));
+        self.reload();
+    }
+
+    pub fn metrics(&self, i: usize) -> String {
+        let o = run(Command::new("curl").args([
+            "-sf",
+            &format!("http://{}/metrics", self.nodes[i].admin),
+        ]));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(drove_bin())
+            .args(["down", "--dir", self.dir.path().to_str().unwrap()])
+            .output();
+        for c in &mut self.extra {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in &self.nodes {
+            // SAFETY: signalling processes this test started.
+            unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Run qemu-io with `cmds` on `uri`; panics on a failed command or a pattern mismatch.
+pub fn qemu_io(uri: &str, cmds: &[String]) -> String {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    c.arg(uri);
+    let o = run(&mut c);
+    let t = text(&o);
+    assert!(o.status.success(), "qemu-io failed on {uri}: {t}");
+    assert!(
+        !t.contains("Pattern verification failed") && !t.contains("error") && !t.contains("failed"),
+        "qemu-io on {uri}: {t}"
+    );
+    t
+}

@@ -1,0 +1,183 @@
+//! The admin HTTP/JSON API the CLI talks to, and `/metrics`. Every error is a JSON
+//! body `{"error": kind, "message": ...}` with a matching HTTP status.
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use drove_meta::{Command, Meta, Reply};
+use drove_metrics::Metrics;
+use drove_types::{Error, ErrorKind, VdiInfo, DEFAULT_OBJECT_SIZE};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::api;
+
+/// What every handler needs.
+#[derive(Clone)]
+pub struct Admin {
+    pub meta: Arc<Meta>,
+    pub metrics: Arc<Metrics>,
+    pub nbd_tcp: String,
+    pub nbd_socket: String,
+}
+
+/// An [`Error`] as an HTTP response.
+pub struct ApiErr(Error);
+
+impl From<Error> for ApiErr {
+    fn from(e: Error) -> Self {
+        ApiErr(e)
+    }
+}
+
+impl IntoResponse for ApiErr {
+    fn into_response(self) -> Response {
+        let status = match self.0.kind() {
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::AlreadyExists => StatusCode::CONFLICT,
+            ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+            ErrorKind::Unavailable | ErrorKind::StaleEpoch => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let body = api::ApiError {
+            error: self.0.kind().as_str().to_string(),
+            message: self.0.to_string(),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiErr>;
+
+/// The `/api/*` and `/metrics` routes.
+pub fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/api/status", get(status))
+        .route("/api/vdis", get(list_vdis).post(create_vdi))
+        .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
+        .route("/api/vdis/{name}/resize", post(resize_vdi))
+        .route("/api/settings", post(settings))
+        .route("/metrics", get(metrics))
+        .with_state(admin)
+}
+
+async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        a.metrics.encode(),
+    )
+}
+
+async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
+    let st = a.meta.status();
+    let state = a.meta.state();
+    Ok(Json(api::Status {
+        node_id: a.meta.node_id(),
+        leader: st.leader,
+        term: st.term,
+        voters: st.voters,
+        learners: st.learners,
+        map: state.map.clone(),
+        epoch_history: state
+            .epoch_history
+            .iter()
+            .map(|r| api::EpochChange {
+                epoch: r.epoch,
+                at_unix: r.at_unix,
+                change: r.change.clone(),
+            })
+            .collect(),
+        default_copies: state.settings.default_copies,
+        vdi_count: state.vdis.len(),
+    }))
+}
+
+async fn list_vdis(State(a): State<Admin>) -> ApiResult<Vec<VdiInfo>> {
+    Ok(Json(a.meta.state().vdis.values().cloned().collect()))
+}
+
+fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
+    api::VdiDetail {
+        objects: info.object_count(),
+        nbd_tcp: format!("nbd://{}/{}", a.nbd_tcp, info.name),
+        nbd_unix: format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket),
+        info,
+    }
+}
+
+async fn vdi_info(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::VdiDetail> {
+    let info = a
+        .meta
+        .state()
+        .vdis
+        .get(&name)
+        .cloned()
+        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?;
+    Ok(Json(detail(&a, info)))
+}
+
+fn expect_vdi(reply: Reply) -> Result<VdiInfo, ApiErr> {
+    match reply {
+        Reply::Vdi(v) => Ok(v),
+        other => Err(ApiErr(Error::new(
+            ErrorKind::Io,
+            format!("Unexpected metadata reply {other:?}"),
+        ))),
+    }
+}
+
+async fn create_vdi(
+    State(a): State<Admin>,
+    Json(req): Json<api::CreateVdi>,
+) -> ApiResult<api::VdiDetail> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let reply = a
+        .meta
+        .execute(Command::CreateVdi {
+            name: req.name,
+            size: req.size,
+            copies: req.copies,
+            mode: req.mode,
+            object_size: DEFAULT_OBJECT_SIZE,
+            now,
+        })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+async fn delete_vdi(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<serde_json::Value> {
+    a.meta.execute(Command::DeleteVdi { name: name.clone() }).await?;
+    Ok(Json(serde_json::json!({ "deleted": name })))
+}
+
+async fn resize_vdi(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Resize>,
+) -> ApiResult<api::VdiDetail> {
+    let reply = a
+        .meta
+        .execute(Command::ResizeVdi {
+            name,
+            size: req.size,
+        })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+async fn settings(State(a): State<Admin>, Json(req): Json<api::Settings>) -> ApiResult<api::Settings> {
+    if let Some(c) = req.default_copies {
+        a.meta.execute(Command::SetDefaultCopies(c)).await?;
+    }
+    Ok(Json(api::Settings {
+        default_copies: Some(a.meta.state().settings.default_copies),
+    }))
+}

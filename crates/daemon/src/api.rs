@@ -1,0 +1,88 @@
+//! The admin API's request and response bodies, shared by the node and the CLI.
+use drove_types::{ClusterMap, Epoch, NodeId, ReplicationMode, VdiInfo};
+use serde::{Deserialize, Serialize};
+
+/// `POST /api/vdis`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateVdi {
+    /// Name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Copies; the cluster default when absent.
+    pub copies: Option<u8>,
+    /// Write fan-out.
+    #[serde(default)]
+    pub mode: ReplicationMode,
+}
+
+/// `POST /api/vdis/{name}/resize`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resize {
+    /// New size in bytes (grow only).
+    pub size: u64,
+}
+
+/// `POST /api/settings`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settings {
+    /// Copies of VDIs created without `--copies`.
+    pub default_copies: Option<u8>,
+}
+
+/// An error body: `{"error": "not_found", "message": "..."}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiError {
+    /// Error kind (snake case).
+    pub error: String,
+    /// Human message.
+    pub message: String,
+}
+
+/// One epoch change, as shown by `cluster status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochChange {
+    /// The epoch that began.
+    pub epoch: Epoch,
+    /// When, seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// What changed.
+    pub change: String,
+}
+
+/// `GET /api/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// Metadata leader, if known.
+    pub leader: Option<NodeId>,
+    /// Raft term.
+    pub term: u64,
+    /// Metadata voters.
+    pub voters: Vec<NodeId>,
+    /// Metadata learners.
+    pub learners: Vec<NodeId>,
+    /// Cluster map.
+    pub map: ClusterMap,
+    /// Every epoch change so far.
+    pub epoch_history: Vec<EpochChange>,
+    /// Copies of new VDIs by default.
+    pub default_copies: u8,
+    /// Number of VDIs.
+    pub vdi_count: usize,
+}
+
+/// `GET /api/vdis/{name}`: the record plus what this node can tell about it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VdiDetail {
+    /// The record.
+    #[serde(flatten)]
+    pub info: VdiInfo,
+    /// Objects that cover the VDI.
+    pub objects: u64,
+    /// NBD URIs on the answering node.
+    pub nbd_tcp: String,
+    /// NBD URI through the answering node's unix socket.
+    pub nbd_unix: String,
+}

@@ -1,0 +1,31 @@
+//! What a node is told at start (the `drove node run` flags).
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Start-up settings of one node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Data directory: metadata, objects, the NBD socket, the log.
+    pub data: PathBuf,
+    /// Failure domain.
+    pub zone: String,
+    /// Placement weight.
+    pub weight: u32,
+    /// Admin HTTP API (and Raft RPC) address.
+    pub listen: SocketAddr,
+    /// Peer data transport address.
+    pub peer_listen: SocketAddr,
+    /// NBD TCP address.
+    pub nbd_listen: SocketAddr,
+    /// Admin address of an existing member to join; none to bootstrap or restart.
+    pub join: Option<String>,
+    /// Voters of the metadata cluster at most; later nodes are learners.
+    pub max_voters: usize,
+}
+
+impl NodeConfig {
+    /// The NBD unix socket path: DATA/nbd.sock.
+    pub fn nbd_socket(&self) -> PathBuf {
+        self.data.join("nbd.sock")
+    }
+}

@@ -1,0 +1,132 @@
+//! The NBD frontend's view of the cluster: every VDI in the metadata is an export of
+//! the same name. All connections to one VDI on this node share one [`Volume`] (see
+//! there why multi-conn is then correct).
+use async_trait::async_trait;
+use bytes::Bytes;
+use drove_meta::Meta;
+use drove_nbd::{Export, Exports, Extent};
+use drove_replica::Gateway;
+use drove_types::{format_size, Error, Result};
+use drove_volume::Volume;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The exports of this node: the VDI table, opened lazily.
+pub struct VdiExports {
+    meta: Arc<Meta>,
+    gateway: Arc<Gateway>,
+    volumes: Mutex<HashMap<String, Arc<Volume>>>,
+}
+
+impl VdiExports {
+    pub fn new(meta: Arc<Meta>, gateway: Arc<Gateway>) -> Arc<Self> {
+        Arc::new(VdiExports {
+            meta,
+            gateway,
+            volumes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Bring open volumes up to date with the VDI table: new sizes, deleted VDIs.
+    pub fn refresh(&self, state: &drove_meta::MetaState) {
+        if let Ok(mut vols) = self.volumes.lock() {
+            vols.retain(|name, vol| match state.vdis.get(name) {
+                Some(info) if info.id == vol.info().id => {
+                    if *info != vol.info() {
+                        vol.set_info(info.clone());
+                    }
+                    true
+                }
+                _ => false,
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl Exports for VdiExports {
+    async fn list(&self) -> Result<Vec<(String, String)>> {
+        let state = self.meta.state();
+        Ok(state
+            .vdis
+            .values()
+            .map(|v| {
+                let desc = format!("{} copies={} {}", format_size(v.size), v.copies, v.mode);
+                (v.name.clone(), desc)
+            })
+            .collect())
+    }
+
+    async fn open(&self, name: &str) -> Result<Arc<dyn Export>> {
+        let state = self.meta.state();
+        let info = state
+            .vdis
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
+            .clone();
+        let vol = {
+            let mut vols = self
+                .volumes
+                .lock()
+                .map_err(|_| Error::invalid("Volume table poisoned"))?;
+            match vols.get(name) {
+                Some(v) if v.info().id == info.id => v.clone(),
+                _ => {
+                    let v = Volume::new(info, self.gateway.clone());
+                    vols.insert(name.to_string(), v.clone());
+                    v
+                }
+            }
+        };
+        Ok(Arc::new(VolumeExport(vol)))
+    }
+}
+
+/// A [`Volume`] as an NBD export.
+struct VolumeExport(Arc<Volume>);
+
+#[async_trait]
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.0.info().size
+    }
+
+    fn multi_conn(&self) -> bool {
+        // Every connection to this VDI on this node shares one Volume, whose FLUSH
+        // covers writes acknowledged on any of them.
+        true
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.0.read(offset, len).await
+    }
+
+    async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        self.0.write(offset, data, fua).await
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<()> {
+        self.0.write_zeroes(offset, u64::from(len), fua).await
+    }
+
+    async fn trim(&self, offset: u64, len: u32) -> Result<()> {
+        // A trimmed range is undefined afterwards; zeroing it frees the space.
+        self.0.write_zeroes(offset, u64::from(len), false).await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.0.flush().await
+    }
+
+    async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>> {
+        let runs = self.0.block_status(offset, u64::from(len)).await?;
+        Ok(runs
+            .into_iter()
+            .map(|r| Extent {
+                length: r.len,
+                hole: !r.allocated,
+                zero: !r.allocated,
+            })
+            .collect())
+    }
+}

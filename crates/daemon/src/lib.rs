@@ -1,0 +1,19 @@
+//! A drove node: one process, one data directory. [`run`] binds the listeners,
+//! opens the metadata (openraft) and the object store, and serves:
+//!
+//! ```text
+//! NBD (TCP + DIR/nbd.sock) ─> exports ─> Volume ─> Gateway ─┬─> local ObjectStore
+//!                                                           └─> PeerPool ─TCP─> PeerServer (other nodes)
+//! admin HTTP: /api/* (CLI), /metrics (Prometheus), /raft/* + /meta/* (metadata)
+//! ```
+#![deny(missing_docs)]
+
+pub mod api;
+mod admin;
+mod config;
+mod exports;
+mod node;
+mod watch;
+
+pub use config::NodeConfig;
+pub use node::run;

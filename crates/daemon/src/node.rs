@@ -1,0 +1,118 @@
+//! Start-up and shut-down of one node, in the order that works:
+//! bind every listener first (so the addresses that go into the cluster map are the
+//! real ones), open the metadata, serve the admin API (peers need it to elect a
+//! leader), wait until this node is a member, then open the frontends.
+use drove_meta::{Meta, MetaConfig};
+use drove_metrics::Metrics;
+use drove_nbd::Server as NbdServer;
+use drove_objstore::{FileStore, ObjectStore};
+use drove_replica::{Gateway, MapCell, PeerPool, PeerServer, PeerTimeouts};
+use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZE};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::admin::{self, Admin};
+use crate::exports::VdiExports;
+use crate::NodeConfig;
+
+/// How long a node waits to become a member before giving up.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::io(format!("Cannot listen on {addr} for {what}"), e))
+}
+
+fn local(l: &TcpListener) -> Result<String> {
+    l.local_addr()
+        .map(|a| a.to_string())
+        .map_err(|e| Error::io("Cannot read a listener's address", e))
+}
+
+/// Run a node until `shutdown` resolves.
+pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    std::fs::create_dir_all(&cfg.data)
+        .map_err(|e| Error::io(format!("Cannot create {}", cfg.data.display()), e))?;
+    let admin_l = bind(cfg.listen, "the admin API").await?;
+    let peer_l = bind(cfg.peer_listen, "peers").await?;
+    let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
+    let sock = cfg.nbd_socket();
+    // A socket file left by a killed node would make bind fail.
+    let _ = std::fs::remove_file(&sock);
+    let unix_l = UnixListener::bind(&sock)
+        .map_err(|e| Error::io(format!("Cannot listen on {}", sock.display()), e))?;
+    let sock_abs = std::fs::canonicalize(&sock).unwrap_or(sock.clone());
+
+    let info = NodeInfo {
+        id: NodeId(0),
+        zone: cfg.zone.clone(),
+        weight: cfg.weight,
+        admin_addr: local(&admin_l)?,
+        peer_addr: local(&peer_l)?,
+        nbd_addr: local(&nbd_l)?,
+        nbd_socket: sock_abs.display().to_string(),
+        state: NodeState::Up,
+    };
+    let meta = Meta::open(MetaConfig {
+        data_dir: cfg.data.clone(),
+        admin_addr: info.admin_addr.clone(),
+        join: cfg.join.clone(),
+        node: info.clone(),
+        max_voters: cfg.max_voters,
+    })
+    .await?;
+    let me = meta.node_id();
+    let metrics = Metrics::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(
+        &cfg.data.join("store"),
+        u64::from(DEFAULT_OBJECT_SIZE),
+    )?);
+    let map = Arc::new(MapCell::new(meta.state().map.clone()));
+    let pool = PeerPool::new(me, map.clone(), PeerTimeouts::default(), metrics.clone());
+    let gateway = Gateway::new(me, store.clone(), pool.clone(), map.clone(), metrics.clone());
+    let exports = VdiExports::new(meta.clone(), gateway);
+
+    let admin_router = meta.router().merge(admin::router(Admin {
+        meta: meta.clone(),
+        metrics: metrics.clone(),
+        nbd_tcp: info.nbd_addr.clone(),
+        nbd_socket: info.nbd_socket.clone(),
+    }));
+    let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
+    let peer_task = tokio::spawn(PeerServer::new(store.clone(), pool, metrics.clone()).serve(peer_l));
+
+    tracing::info!(node = %me, "waiting to become a member of the cluster");
+    meta.ready(READY_TIMEOUT).await?;
+    let watch_task = tokio::spawn(crate::watch::follow(
+        meta.clone(),
+        map,
+        exports.clone(),
+        store.clone(),
+    ));
+    let nbd = Arc::new(NbdServer::new(exports, metrics));
+    let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
+    let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
+    tracing::info!(
+        node = %me, zone = %info.zone, admin = %info.admin_addr, peer = %info.peer_addr,
+        nbd = %info.nbd_addr, socket = %info.nbd_socket, "node ready"
+    );
+
+    shutdown.await;
+    tracing::info!(node = %me, "shutting down");
+    nbd_tcp.abort();
+    nbd_unix.abort();
+    let _ = std::fs::remove_file(&sock);
+    // Writes acknowledged without FLUSH may sit in the page cache; a clean stop
+    // makes them durable as a disk's cache would on power-off.
+    if let Err(e) = drove_replica::local::blocking(&store, |s| s.flush(&[])).await {
+        tracing::warn!("final flush failed: {e}");
+    }
+    meta.shutdown().await;
+    watch_task.abort();
+    peer_task.abort();
+    admin_task.abort();
+    Ok(())
+}

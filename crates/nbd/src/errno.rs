@@ -1,0 +1,45 @@
+//! The one place that turns a backend [`ErrorKind`] into the errno an NBD client sees in
+//! a reply. The NBD protocol allows only a few values (EPERM, EIO, ENOMEM, EINVAL, ENOSPC,
+//! EOVERFLOW, ENOTSUP, ESHUTDOWN), so several kinds collapse onto EIO.
+use crate::proto::{NBD_EINVAL, NBD_EIO, NBD_ENOSPC};
+use drove_types::ErrorKind;
+
+/// The NBD error value for an error of `kind`.
+///
+/// - `NotFound`, `Invalid` → `NBD_EINVAL`: the request names something that is not there
+///   (an offset past the end, a vanished object); retrying it unchanged cannot succeed.
+/// - `NoSpace` → `NBD_ENOSPC`: a replica's disk is full; guests report it as such.
+/// - `StaleEpoch` → `NBD_EIO`: at the frontend it means this gateway was fenced (another
+///   gateway took the VDI's lease) or the volume layer gave up refreshing its map. The
+///   I/O did not happen; the guest must see a failed I/O, not a "bad argument".
+/// - `Io`, `Corrupt`, `Unavailable`, `AlreadyExists` and anything added later →
+///   `NBD_EIO`: the data could not be read or stored; only EIO says that to a guest.
+pub fn errno_for(kind: ErrorKind) -> u32 {
+    match kind {
+        ErrorKind::NotFound | ErrorKind::Invalid => NBD_EINVAL,
+        ErrorKind::NoSpace => NBD_ENOSPC,
+        ErrorKind::StaleEpoch
+        | ErrorKind::Io
+        | ErrorKind::Corrupt
+        | ErrorKind::Unavailable
+        | ErrorKind::AlreadyExists => NBD_EIO,
+        _ => NBD_EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_errno_for_every_kind() {
+        assert_eq!(errno_for(ErrorKind::NotFound), 22);
+        assert_eq!(errno_for(ErrorKind::Invalid), 22);
+        assert_eq!(errno_for(ErrorKind::NoSpace), 28);
+        assert_eq!(errno_for(ErrorKind::StaleEpoch), 5);
+        assert_eq!(errno_for(ErrorKind::Io), 5);
+        assert_eq!(errno_for(ErrorKind::Corrupt), 5);
+        assert_eq!(errno_for(ErrorKind::Unavailable), 5);
+        assert_eq!(errno_for(ErrorKind::AlreadyExists), 5);
+    }
+}

@@ -1,0 +1,126 @@
+//! The NBD server: accept loops on TCP and unix sockets, each connection on its own
+//! task so that one failing client never disturbs another. Top of the data path: what
+//! arrives here goes to `session.rs`, then to the export (the volume layer).
+use crate::export::Exports;
+use crate::{session, Limits};
+use drove_metrics::Metrics;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+
+/// Serves the exports of one catalogue over NBD.
+pub struct Server {
+    exports: Arc<dyn Exports>,
+    metrics: Arc<Metrics>,
+    limits: Limits,
+}
+
+impl Server {
+    /// A server for `exports`, reporting into `metrics`, with default [`Limits`].
+    pub fn new(exports: Arc<dyn Exports>, metrics: Arc<Metrics>) -> Self {
+        Server {
+            exports,
+            metrics,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Replace the per-connection limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Serve one accepted connection to completion. Garbage from the peer ends the
+    /// connection with an `Err` (never a panic); the caller logs it.
+    pub async fn serve_connection<S>(&self, stream: S) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        session::serve(
+            stream,
+            self.exports.as_ref(),
+            Arc::clone(&self.metrics),
+            &self.limits,
+        )
+        .await
+    }
+
+    /// Accept TCP connections forever, each on its own task.
+    pub async fn serve_tcp(self: Arc<Self>, listener: TcpListener) -> io::Result<()> {
+        let mut errors = AcceptErrors::default();
+        loop {
+            match listener.accept().await {
+                Ok((stream, peer)) => {
+                    errors.reset();
+                    // Requests and replies are small and latency-bound (the protocol
+                    // asks both sides to disable Nagle).
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(%peer, "nbd: TCP_NODELAY failed: {e}");
+                    }
+                    let me = Arc::clone(&self);
+                    tokio::spawn(async move {
+                        if let Err(e) = me.serve_connection(stream).await {
+                            tracing::info!(%peer, "nbd connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => errors.on_error(e).await?,
+            }
+        }
+    }
+
+    /// Accept unix socket connections forever, each on its own task.
+    pub async fn serve_unix(self: Arc<Self>, listener: UnixListener) -> io::Result<()> {
+        let mut errors = AcceptErrors::default();
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    errors.reset();
+                    let me = Arc::clone(&self);
+                    tokio::spawn(async move {
+                        if let Err(e) = me.serve_connection(stream).await {
+                            tracing::info!("nbd unix connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => errors.on_error(e).await?,
+            }
+        }
+    }
+}
+
+/// Back-off for accept errors. Running out of descriptors or memory, or a connection
+/// reset before accept, passes; anything else repeated many times means the listener
+/// itself is broken.
+#[derive(Default)]
+struct AcceptErrors {
+    consecutive: u32,
+}
+
+impl AcceptErrors {
+    fn reset(&mut self) {
+        self.consecutive = 0;
+    }
+
+    async fn on_error(&mut self, e: io::Error) -> io::Result<()> {
+        self.consecutive = self.consecutive.saturating_add(1);
+        let transient = matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::Interrupted
+                | io::ErrorKind::WouldBlock
+                | io::ErrorKind::TimedOut
+        ) || matches!(e.raw_os_error(), Some(12 | 23 | 24 | 105)); // ENOMEM ENFILE EMFILE ENOBUFS
+        if !transient && self.consecutive > 10 {
+            return Err(e);
+        }
+        tracing::warn!("nbd accept failed: {e}");
+        let backoff = 10u64 << self.consecutive.min(7);
+        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! [`FileStore`]: the [`ObjectStore`] of a node, one sparse file per object under
+//! its data directory (layout in `layout`, checksums in `crc`, per-object I/O in
+//! `objfile`).
+use crate::cache::FdCache;
+use crate::dirty::DirtySet;
+use crate::layout::Layout;
+use crate::objfile::ObjFile;
+use crate::{check_object_size, check_range, sys, ObjectStore};
+use drove_types::{Error, ObjectId, Result};
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Most objects whose files stay open.
+const MAX_CACHED_OBJECTS: u64 = 1024;
+
+/// The object store of one node, on a local file system.
+pub struct FileStore {
+    object_size: u64,
+    layout: Layout,
+    cache: FdCache,
+    dirty: DirtySet,
+    /// Holds the `flock` on `DIR/LOCK` for the store's lifetime.
+    _lock: File,
+}
+
+impl FileStore {
+    /// Open (creating if needed) the store in data directory `dir`, for objects of at
+    /// most `object_size` bytes (a multiple of 4 KiB; 4 MiB by default in drove).
+    /// Fails with `Unavailable` if another store has `dir` open.
+    pub fn open(dir: &Path, object_size: u64) -> Result<FileStore> {
+        check_object_size(object_size)?;
+        fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| Error::io(format!("open {}", lock_path.display()), e))?;
+        sys::lock_exclusive(&lock).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                Error::unavailable(format!("data directory {} is in use", dir.display()))
+            } else {
+                Error::io(format!("lock {}", lock_path.display()), e)
+            }
+        })?;
+        let layout = Layout::open(dir)?;
+        // Each cached object holds two descriptors: use at most half of the limit,
+        // the rest is for sockets and everything else.
+        let capacity = sys::nofile_limit().map_or(256, |n| (n / 4).clamp(16, MAX_CACHED_OBJECTS));
+        Ok(FileStore {
+            object_size,
+            layout,
+            cache: FdCache::new(capacity as usize),
+            dirty: DirtySet::new(),
+            _lock: lock,
+        })
+    }
+
+    /// The largest object this store holds, in bytes.
+    pub fn object_size(&self) -> u64 {
+        self.object_size
+    }
+
+    /// The open handle of `oid`, opening or (if `create`) creating its files.
+    fn handle(&self, oid: ObjectId, create: bool) -> Result<Option<Arc<ObjFile>>> {
+        self.cache
+            .get(oid, || ObjFile::open(&self.layout, oid, create))
+    }
+}
+
+impl ObjectStore for FileStore {
+    fn read(&self, oid: ObjectId, offset: u64, len: u32) -> Result<Vec<u8>> {
+        check_range(oid, self.object_size, offset, u64::from(len))?;
+        match self.handle(oid, false)? {
+            Some(f) => f.read(offset, len),
+            None => Ok(vec![0u8; len as usize]),
+        }
+    }
+
+    fn write(&self, oid: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        check_range(oid, self.object_size, offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let Some(f) = self.handle(oid, true)? else {
+            return Err(Error::io(
+                format!("object {oid}: create"),
+                io::Error::from(io::ErrorKind::NotFound),
+            ));
+        };
+        let res = f.write(offset, data);
+        self.dirty.mark(&f);
+        res
+    }
+
+    fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()> {
+        check_range(oid, self.object_size, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // A missing object already reads as zeros: nothing to create.
+        let Some(f) = self.handle(oid, false)? else {
+            return Ok(());
+        };
+        let res = f.zero(offset, len);
+        self.dirty.mark(&f);
+        res
+    }
+
+    fn flush(&self, oids: &[ObjectId]) -> Result<()> {
+        for f in self.dirty.pick(oids) {
+            self.dirty.sync(&f)?;
+        }
+        // New (or removed) objects are durable only once their directory entries
+        // are: done after the files, and even for `oids` that were clean, since
+        // their creation may still be in a directory another flush has not synced.
+        self.layout.sync_dirs()
+    }
+
+    fn exists(&self, oid: ObjectId) -> Result<bool> {
+        let path = self.layout.data_path(oid);
+        self.cache
+            .cached_or(oid, || match fs::symlink_metadata(&path) {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(Error::io(format!("object {oid}: stat"), e)),
+            })
+    }
+
+    fn delete(&self, oid: ObjectId) -> Result<()> {
+        self.cache.remove_then(oid, |handle| {
+            // Writes still in flight on `handle` land in the unlinked file and are
+            // lost, as if they had come before the delete.
+            self.dirty.forget(oid, handle.as_ref());
+            // Data first: it is what makes the object exist. A crash before the
+            // checksum file goes leaves it behind; creating the object again
+            // truncates it.
+            let removed = remove_file(&self.layout.data_path(oid))
+                .map_err(|e| Error::io(format!("object {oid}: delete"), e))?;
+            remove_file(&self.layout.crc_path(oid))
+                .map_err(|e| Error::io(format!("object {oid}: delete checksums"), e))?;
+            if removed {
+                self.layout.mark_object_dir_dirty(oid);
+            }
+            Ok(())
+        })
+    }
+
+    fn list(&self) -> Result<Vec<ObjectId>> {
+        let mut oids = Vec::new();
+        self.layout.for_each_object(|oid, _| {
+            oids.push(oid);
+            Ok(())
+        })?;
+        Ok(oids)
+    }
+
+    fn used_bytes(&self) -> Result<u64> {
+        let mut total = 0u64;
+        self.layout.for_each_object(|oid, path| {
+            match fs::symlink_metadata(path) {
+                Ok(m) => total += m.blocks() * 512,
+                // Deleted while we walked.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("object {oid}: stat"), e)),
+            }
+            Ok(())
+        })?;
+        Ok(total)
+    }
+}
+
+/// Unlink `path`; Ok(false) if it was already gone.
+fn remove_file(path: &Path) -> io::Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::{ErrorKind, VdiId};
+
+    const OBJ: u64 = 4 << 20;
+
+    #[test]
+    fn test_second_open_of_a_directory_is_refused_until_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = FileStore::open(dir.path(), OBJ).unwrap();
+        let e = FileStore::open(dir.path(), OBJ).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        drop(a);
+        FileStore::open(dir.path(), OBJ).unwrap();
+    }
+
+    #[test]
+    fn test_flush_empties_the_dirty_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStore::open(dir.path(), OBJ).unwrap();
+        let (a, b) = (ObjectId::new(VdiId(1), 0), ObjectId::new(VdiId(1), 1));
+        s.write(a, 0, &[1; 4096]).unwrap();
+        s.write(b, 0, &[2; 4096]).unwrap();
+        assert_eq!(s.dirty.len(), 2);
+        s.flush(&[a]).unwrap();
+        assert_eq!(s.dirty.len(), 1);
+        s.flush(&[]).unwrap();
+        assert_eq!(s.dirty.len(), 0);
+        // Zeroing a missing object neither creates nor dirties it.
+        let c = ObjectId::new(VdiId(1), 2);
+        s.write_zeroes(c, 0, 4096).unwrap();
+        assert_eq!(s.dirty.len(), 0);
+        assert!(!s.exists(c).unwrap());
+        s.delete(b).unwrap();
+        s.write(a, 4096, &[3; 10]).unwrap();
+        s.delete(a).unwrap();
+        assert_eq!(s.dirty.len(), 0);
+    }
+
+    #[test]
+    fn test_cache_stays_bounded_and_evicted_objects_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStore::open(dir.path(), OBJ).unwrap();
+        let n = 3 * MAX_CACHED_OBJECTS as u32;
+        for i in 0..n {
+            s.write(
+                ObjectId::new(VdiId(2), i),
+                4096 * u64::from(i % 7),
+                &i.to_le_bytes(),
+            )
+            .unwrap();
+            if i % 64 == 0 {
+                s.flush(&[]).unwrap();
+            }
+        }
+        s.flush(&[]).unwrap();
+        // Objects dirty when inserted could not be evicted: at most 64 between flushes.
+        assert!(s.cache.len() <= MAX_CACHED_OBJECTS as usize + 64);
+        for i in 0..n {
+            let got = s
+                .read(ObjectId::new(VdiId(2), i), 4096 * u64::from(i % 7), 4)
+                .unwrap();
+            assert_eq!(got, i.to_le_bytes());
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! drove-objstore: layer 6 of the data path, the object store of one node.
+//!
+//! A replica (`replica::peer`) hands every object read, write, zero and flush that
+//! lands on this node to an [`ObjectStore`]. [`FileStore`] keeps one sparse file per
+//! object under the node's data directory with a crc32c per 4 KiB block that is
+//! verified on every read; [`MemStore`] is an in-memory stand-in with the same
+//! semantics for the tests of other crates.
+//!
+//! The on-disk layout is described in the `layout` module; in short:
+//!
+//! ```text
+//! DIR/LOCK                                  flock'ed while a FileStore has DIR open
+//! DIR/objects/<vdi %08x>/<index>>10 %06x>/<oid %016x>      data, sparse, <= object_size
+//! DIR/objects/<vdi %08x>/<index>>10 %06x>/<oid %016x>.crc  4 bytes LE per 4 KiB block
+//! ```
+//!
+//! Durability: a write is in the page cache when `write` returns; `flush` makes it
+//! durable (fdatasync of the data and checksum files, fsync of the directories that
+//! gained or lost an entry). Within one write the data is written before its
+//! checksums, so a crash between the two leaves blocks that read as
+//! [`ErrorKind::Corrupt`](drove_types::ErrorKind::Corrupt); the replica layer repairs
+//! such blocks from another copy. The same holds for un-flushed writes in general: the
+//! kernel may write back the data and checksum pages in any order.
+//!
+//! The API is synchronous: async callers run it in `tokio::task::spawn_blocking`.
+#![deny(missing_docs)]
+
+mod cache;
+mod crc;
+mod dirty;
+mod file;
+mod layout;
+mod mem;
+mod objfile;
+mod stripes;
+mod sys;
+
+pub use file::FileStore;
+pub use mem::MemStore;
+
+use drove_types::{Error, ObjectId, Result, BLOCK_SIZE};
+
+/// The object store of one node. Every method may be called concurrently from many
+/// threads, on different objects and on the same object.
+pub trait ObjectStore: Send + Sync {
+    /// Read `len` bytes at `offset` inside object `oid`. A missing object or a
+    /// never-written range reads as zeros. Every 4 KiB block touched is checked
+    /// against its stored crc32c; a mismatch returns `ErrorKind::Corrupt`.
+    fn read(&self, oid: ObjectId, offset: u64, len: u32) -> Result<Vec<u8>>;
+
+    /// Write `data` at `offset`, creating the object if needed. An empty `data` only
+    /// checks the range. A partial-block write reads the old block (and fails with
+    /// `Corrupt` if it does not verify) to recompute its checksum.
+    fn write(&self, oid: ObjectId, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Make `[offset, offset + len)` read as zeros. Whole 4 KiB blocks are punched
+    /// out so they take no space. Zeroing a missing object is a no-op.
+    fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()>;
+
+    /// Make durable every write and zero done so far to these objects. An empty
+    /// slice means every object written since its last flush.
+    fn flush(&self, oids: &[ObjectId]) -> Result<()>;
+
+    /// Whether the object exists (was written and not deleted since).
+    fn exists(&self, oid: ObjectId) -> Result<bool>;
+
+    /// Remove the object; removing a missing object succeeds.
+    fn delete(&self, oid: ObjectId) -> Result<()>;
+
+    /// Every object stored, in no particular order.
+    fn list(&self) -> Result<Vec<ObjectId>>;
+
+    /// Bytes allocated on disk by object data, for reporting.
+    fn used_bytes(&self) -> Result<u64>;
+}
+
+/// Check that `[offset, offset + len)` lies inside an object of `object_size` bytes.
+pub(crate) fn check_range(oid: ObjectId, object_size: u64, offset: u64, len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= object_size => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "object {oid}: range {offset}+{len} is past the object size {object_size}"
+        ))),
+    }
+}
+
+/// Check an object size given to a store: a positive multiple of the block size.
+pub(crate) fn check_object_size(object_size: u64) -> Result<()> {
+    if object_size == 0 || !object_size.is_multiple_of(BLOCK_SIZE) {
+        return Err(Error::invalid(format!(
+            "object size {object_size} is not a positive multiple of {BLOCK_SIZE}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::{ErrorKind, VdiId};
+
+    #[test]
+    fn test_check_range_rejects_past_end_and_overflow() {
+        let oid = ObjectId::new(VdiId(1), 2);
+        assert!(check_range(oid, 8192, 4096, 4096).is_ok());
+        assert!(check_range(oid, 8192, 8192, 0).is_ok());
+        let e = check_range(oid, 8192, 4097, 4096).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert!(e.to_string().contains("0000000100000002"));
+        let e = check_range(oid, 8192, u64::MAX, 2).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+    }
+
+    #[test]
+    fn test_object_size_must_be_whole_blocks() {
+        assert!(check_object_size(4 << 20).is_ok());
+        assert_eq!(check_object_size(0).unwrap_err().kind(), ErrorKind::Invalid);
+        assert_eq!(
+            check_object_size(4097).unwrap_err().kind(),
+            ErrorKind::Invalid
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! One open object of a [`FileStore`](crate::FileStore): its data and checksum files,
+//! its block-range locks and its sync state, and the block-level read, write and
+//! zero that keep every 4 KiB block and its stored crc32c in step.
+//!
+//! Hot path: an aligned 4 KiB write computes one crc and does two `pwrite`s (data,
+//! then its checksum); an aligned 4 KiB read does two `pread`s into the result
+//! buffer and a stack array. Only a partial block is read before it is written.
+use crate::crc::{self, BLOCK, CRC_LEN};
+use crate::layout::Layout;
+use crate::stripes::Stripes;
+use crate::sys;
+use drove_types::{Error, ObjectId, Result, BLOCK_SIZE};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Mutex, PoisonError};
+
+const BS: u64 = BLOCK_SIZE;
+
+/// Blocks whose checksums are handled as one batch: 4 MiB of data, whose 4 KiB of
+/// checksums fit in a stack array. Larger I/Os loop over batches.
+const CHUNK_BLOCKS: u64 = 1024;
+const CHUNK_CRC_BYTES: usize = CHUNK_BLOCKS as usize * CRC_LEN;
+
+/// An object's open files and per-object state. There is at most one `ObjFile` per
+/// object in a store at a time (the fd cache guarantees it), so its locks are the
+/// object's locks.
+pub(crate) struct ObjFile {
+    oid: ObjectId,
+    data: File,
+    crc: File,
+    stripes: Stripes,
+    /// Bumped after each write or zero has reached the page cache.
+    write_seq: AtomicU64,
+    /// The `write_seq` that the last successful sync covered. Held across the
+    /// fdatasyncs so that a second flush of the object waits for a sync in progress
+    /// instead of returning before it is done.
+    synced_seq: Mutex<u64>,
+    /// Whether the object is in the store's dirty set (see `dirty`).
+    pub(crate) in_dirty: AtomicBool,
+    /// Set once the object is deleted; writes still in flight on this handle go to
+    /// the unlinked file and must not re-enter the dirty set.
+    pub(crate) deleted: AtomicBool,
+    /// Recency for the fd cache's eviction.
+    pub(crate) last_used: AtomicU64,
+}
+
+impl ObjFile {
+    /// Open the files of `oid`; if it does not exist, create it when `create`, else
+    /// return `None`.
+    pub(crate) fn open(layout: &Layout, oid: ObjectId, create: bool) -> Result<Option<ObjFile>> {
+        let data_path = layout.data_path(oid);
+        let crc_path = layout.crc_path(oid);
+        match open_rw(&data_path, false, false) {
+            Ok(data) => {
+                // Created with the data file; `create` only covers a checksum file
+                // lost some other way, whose written blocks will then fail to verify.
+                let crc = open_rw(&crc_path, true, false)
+                    .map_err(|e| Error::io(format!("object {oid}: open checksums"), e))?;
+                return Ok(Some(ObjFile::new(oid, data, crc)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("object {oid}: open"), e)),
+        }
+        if !create {
+            return Ok(None);
+        }
+        layout.ensure_dirs(oid)?;
+        // The checksum file comes first and is emptied: the data file's existence is
+        // what makes the object exist, and a crash in the middle of a delete (data
+        // unlinked, checksums not yet) can have left stale checksums behind.
+        let crc = open_rw(&crc_path, true, true)
+            .map_err(|e| Error::io(format!("object {oid}: create checksums"), e))?;
+        let data = open_rw(&data_path, true, false)
+            .map_err(|e| Error::io(format!("object {oid}: create"), e))?;
+        layout.mark_object_dir_dirty(oid);
+        Ok(Some(ObjFile::new(oid, data, crc)))
+    }
+
+    fn new(oid: ObjectId, data: File, crc: File) -> ObjFile {
+        ObjFile {
+            oid,
+            data,
+            crc,
+            stripes: Stripes::new(),
+            write_seq: AtomicU64::new(0),
+            synced_seq: Mutex::new(0),
+            in_dirty: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
+    /// The object this handle is for.
+    pub(crate) fn oid(&self) -> ObjectId {
+        self.oid
+    }
+
+    fn io_err(&self, what: &str, e: io::Error) -> Error {
+        Error::io(format!("object {}: {what}", self.oid), e)
+    }
+
+    /// Read `len` bytes at `offset` (range already checked), verifying every block.
+    pub(crate) fn read(&self, offset: u64, len: u32) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = offset + u64::from(len);
+        let (first, last) = (offset / BS, (end - 1) / BS);
+        let start = first * BS;
+        // Whole blocks are read into the result buffer so each can be verified;
+        // the unaligned head is shifted out afterwards (no second buffer).
+        let span = usize::try_from((last - first + 1) * BS)
+            .map_err(|_| Error::invalid(format!("object {}: read too large", self.oid)))?;
+        let mut buf = vec![0u8; span];
+        {
+            let _locks = self.stripes.read(first, last);
+            sys::read_full_at(&self.data, &mut buf, start).map_err(|e| self.io_err("read", e))?;
+            self.verify_blocks(first, &buf)?;
+        }
+        let head = (offset - start) as usize;
+        let len = len as usize;
+        if head > 0 {
+            buf.copy_within(head..head + len, 0);
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Check whole blocks `buf`, the first being block `first`, against their
+    /// stored checksums.
+    fn verify_blocks(&self, first: u64, buf: &[u8]) -> Result<()> {
+        let mut crcs = [0u8; CHUNK_CRC_BYTES];
+        for (c, chunk) in buf.chunks(CHUNK_BLOCKS as usize * BLOCK).enumerate() {
+            let b0 = first + c as u64 * CHUNK_BLOCKS;
+            let crcs = &mut crcs[..chunk.len() / BLOCK * CRC_LEN];
+            sys::read_full_at(&self.crc, crcs, b0 * CRC_LEN as u64)
+                .map_err(|e| self.io_err("read checksums", e))?;
+            for (i, block) in chunk.chunks_exact(BLOCK).enumerate() {
+                crc::verify(self.oid, b0 + i as u64, block, crc::entry(crcs, i))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read block `b` into `out` and verify it (for read-modify-write).
+    fn read_block(&self, b: u64, out: &mut [u8; BLOCK]) -> Result<()> {
+        sys::read_full_at(&self.data, out, b * BS).map_err(|e| self.io_err("read", e))?;
+        let mut stored = [0u8; CRC_LEN];
+        sys::read_full_at(&self.crc, &mut stored, b * CRC_LEN as u64)
+            .map_err(|e| self.io_err("read checksums", e))?;
+        crc::verify(self.oid, b, out, crc::entry(&stored, 0))
+    }
+
+    /// Write `data` at `offset` (range already checked).
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let res = self.write_blocks(offset, data);
+        // Counted even when it failed part-way: some of it may be in the page cache.
+        self.write_seq.fetch_add(1, SeqCst);
+        res
+    }
+
+    fn write_blocks(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let end = offset + data.len() as u64;
+        let (first, last) = (offset / BS, (end - 1) / BS);
+        let _locks = self.stripes.write(first, last);
+        let mut b = first;
+        while b <= last {
+            let chunk_last = last.min(b + CHUNK_BLOCKS - 1);
+            // The part of `data` that falls in blocks b..=chunk_last.
+            let lo = offset.max(b * BS);
+            let hi = end.min((chunk_last + 1) * BS);
+            let piece = &data[(lo - offset) as usize..(hi - offset) as usize];
+            let mut crcs = [0u8; CHUNK_CRC_BYTES];
+            for blk in b..=chunk_last {
+                let (bs, be) = (blk * BS, (blk + 1) * BS);
+                let crc = if lo <= bs && be <= hi {
+                    crc::stored_crc(&piece[(bs - lo) as usize..(be - lo) as usize])
+                } else {
+                    // A partial block: its checksum covers bytes this write keeps.
+                    let mut merged = [0u8; BLOCK];
+                    self.read_block(blk, &mut merged)?;
+                    let (s, e) = (lo.max(bs), hi.min(be));
+                    merged[(s - bs) as usize..(e - bs) as usize]
+                        .copy_from_slice(&piece[(s - lo) as usize..(e - lo) as usize]);
+                    crc::stored_crc(&merged)
+                };
+                crc::set_entry(&mut crcs, (blk - b) as usize, crc);
+            }
+            // Data first, then checksums. A crash in between leaves blocks that fail
+            // verification (repaired from another replica); no order of two files
+            // avoids that without a journal, and this one never makes stale data
+            // verify as new.
+            self.data
+                .write_all_at(piece, lo)
+                .map_err(|e| self.io_err("write", e))?;
+            let n = (chunk_last - b + 1) as usize;
+            self.crc
+                .write_all_at(&crcs[..n * CRC_LEN], b * CRC_LEN as u64)
+                .map_err(|e| self.io_err("write checksums", e))?;
+            b = chunk_last + 1;
+        }
+        Ok(())
+    }
+
+    /// Zero `[offset, offset + len)` (range already checked): whole blocks are
+    /// punched out, partial blocks are rewritten.
+    pub(crate) fn zero(&self, offset: u64, len: u64) -> Result<()> {
+        let res = self.zero_blocks(offset, len);
+        self.write_seq.fetch_add(1, SeqCst);
+        res
+    }
+
+    fn zero_blocks(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = offset + len;
+        let (first, last) = (offset / BS, (end - 1) / BS);
+        let _locks = self.stripes.write(first, last);
+        // Whole blocks full_first..full_end.
+        let full_first = offset.div_ceil(BS);
+        let full_end = end / BS;
+        if full_first < full_end {
+            let n = full_end - full_first;
+            sys::punch_hole(&self.data, full_first * BS, n * BS)
+                .map_err(|e| self.io_err("punch hole", e))?;
+            // A zero block's stored checksum is 0 (see `crc`). Data before checksums,
+            // as for writes.
+            sys::write_zeros_at(&self.crc, full_first * CRC_LEN as u64, n * CRC_LEN as u64)
+                .map_err(|e| self.io_err("write checksums", e))?;
+        }
+        if first < full_first || full_end <= first {
+            self.zero_partial(first, offset, end)?;
+        }
+        if last != first && full_end <= last {
+            self.zero_partial(last, offset, end)?;
+        }
+        Ok(())
+    }
+
+    /// Zero the part of block `b` inside `[offset, end)`.
+    fn zero_partial(&self, b: u64, offset: u64, end: u64) -> Result<()> {
+        let (bs, be) = (b * BS, (b + 1) * BS);
+        let (s, e) = (offset.max(bs), end.min(be));
+        let mut block = [0u8; BLOCK];
+        self.read_block(b, &mut block)?;
+        let part = &mut block[(s - bs) as usize..(e - bs) as usize];
+        if part.iter().all(|x| *x == 0) {
+            // Already zero (often a hole): writing would only allocate space.
+            return Ok(());
+        }
+        part.fill(0);
+        let crc = crc::stored_crc(&block);
+        sys::write_zeros_at(&self.data, s, e - s).map_err(|e| self.io_err("write", e))?;
+        self.crc
+            .write_all_at(&crc.to_le_bytes(), b * CRC_LEN as u64)
+            .map_err(|e| self.io_err("write checksums", e))
+    }
+
+    /// Make every write and zero that returned before this call durable.
+    ///
+    /// fdatasync, not fsync: it still flushes the file size and block map that
+    /// reading the data back needs (including punched holes), but not timestamps,
+    /// so overwriting allocated blocks does not force a journal commit. An fsync
+    /// error may have dropped dirty pages; the object's content is then unknown and
+    /// the caller must treat the replica as failed, not retry and trust a success.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let target = self.write_seq.load(SeqCst);
+        let mut synced = self
+            .synced_seq
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *synced >= target {
+            return Ok(());
+        }
+        // Everything counted by `now` had reached the page cache before the syncs
+        // below start, so they cover it.
+        let now = self.write_seq.load(SeqCst);
+        self.data.sync_data().map_err(|e| self.io_err("fsync", e))?;
+        self.crc
+            .sync_data()
+            .map_err(|e| self.io_err("fsync checksums", e))?;
+        *synced = now;
+        Ok(())
+    }
+}
+
+fn open_rw(path: &Path, create: bool, truncate: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(truncate)
+        .open(path)
+}
