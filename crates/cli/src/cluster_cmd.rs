@@ -25,7 +25,10 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             if ctx.json {
                 return print_json(&s);
             }
-            let leader = s.leader.map(|l| l.to_string()).unwrap_or_else(|| "none".into());
+            let leader = s
+                .leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "none".into());
             println!(
                 "epoch {}  leader {}  term {}  voters {:?}  learners {:?}  VDIs {}  default copies {}",
                 s.map.epoch,

@@ -49,10 +49,12 @@ fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
     if addr.port() == 0 {
         return Ok(addr);
     }
-    let port = addr
-        .port()
-        .checked_add(by)
-        .ok_or_else(|| anyhow!("--listen port {} is too high to derive other ports", addr.port()))?;
+    let port = addr.port().checked_add(by).ok_or_else(|| {
+        anyhow!(
+            "--listen port {} is too high to derive other ports",
+            addr.port()
+        )
+    })?;
     Ok(SocketAddr::new(addr.ip(), port))
 }
 

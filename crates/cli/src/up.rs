@@ -82,9 +82,21 @@ fn read_file(dir: &Path) -> Result<Option<ClusterFile>> {
     }
 }
 
+/// Whether `pid` is a running process (a zombie, killed but not yet reaped by its
+/// parent, does not count).
 fn alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks that the process exists.
-    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0
+    if pid == 0 || unsafe { libc::kill(pid as i32, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => false,
+    }
 }
 
 /// The layout of a new cluster: ports and zones.
@@ -103,7 +115,11 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
         } else {
             let base = u32::from(a.base_port) + 10 * i as u32;
             if base + 2 > u32::from(u16::MAX) {
-                bail!("--base-port {} leaves no room for {} nodes", a.base_port, a.nodes);
+                bail!(
+                    "--base-port {} leaves no room for {} nodes",
+                    a.base_port,
+                    a.nodes
+                );
             }
             let ps: Vec<u16> = (0..3).map(|k| (base + k) as u16).collect();
             if let Some(p) = ps.iter().find(|&&p| !port_free(p)) {
@@ -178,19 +194,27 @@ async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) ->
             );
         }
         if let Ok(s) = ctx.get_at::<Status>(&n.admin, "/api/status").await {
-            if s.map.nodes.len() >= want && s.leader.is_some() && s.map.nodes.contains_key(&s.node_id) {
+            if s.map.nodes.len() >= want
+                && s.leader.is_some()
+                && s.map.nodes.contains_key(&s.node_id)
+            {
                 return Ok(s);
             }
         }
         if Instant::now() > deadline {
-            bail!("Node in {} did not become ready in 90 s; see {}/node.log", n.data, n.data);
+            bail!(
+                "Node in {} did not become ready in 90 s; see {}/node.log",
+                n.data,
+                n.data
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
-    std::fs::create_dir_all(&a.dir).with_context(|| format!("Cannot create {}", a.dir.display()))?;
+    std::fs::create_dir_all(&a.dir)
+        .with_context(|| format!("Cannot create {}", a.dir.display()))?;
     let existing = read_file(&a.dir)?;
     if let Some(f) = &existing {
         if let Some(n) = f.nodes.iter().find(|n| alive(n.pid)) {
@@ -205,7 +229,11 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
     let restart = existing.is_some();
     let mut nodes = match existing {
         Some(f) => {
-            eprintln!("Restarting the {} nodes of {}", f.nodes.len(), a.dir.display());
+            eprintln!(
+                "Restarting the {} nodes of {}",
+                f.nodes.len(),
+                a.dir.display()
+            );
             f.nodes
         }
         None => plan(&a, &a.dir)?,
@@ -230,7 +258,10 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             let s = wait_ready(ctx, &nodes[i], i + 1, &mut c).await?;
             nodes[i].id = s.node_id.0;
             nodes[i].pid = c.id();
-            eprintln!("node {} up in zone {} ({})", nodes[i].id, nodes[i].zone, nodes[i].admin);
+            eprintln!(
+                "node {} up in zone {} ({})",
+                nodes[i].id, nodes[i].zone, nodes[i].admin
+            );
             children.push(c);
         }
         let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
@@ -294,7 +325,10 @@ fn print_table(f: &ClusterFile) {
             ]
         })
         .collect();
-    table::print(&["ID", "ZONE", "ADMIN", "NBD TCP", "NBD UNIX", "PID"], &rows);
+    table::print(
+        &["ID", "ZONE", "ADMIN", "NBD TCP", "NBD UNIX", "PID"],
+        &rows,
+    );
 }
 
 /// SIGTERM every node, then SIGKILL what is left after 15 s.
@@ -332,9 +366,8 @@ fn reap() {
 }
 
 pub async fn down(a: DownArgs, _ctx: &Ctx) -> Result<()> {
-    let f = read_file(&a.dir)?.ok_or_else(|| {
-        anyhow!("No cluster in {} (no cluster.json)", a.dir.display())
-    })?;
+    let f = read_file(&a.dir)?
+        .ok_or_else(|| anyhow!("No cluster in {} (no cluster.json)", a.dir.display()))?;
     let running = f.nodes.iter().filter(|n| alive(n.pid)).count();
     stop(&f).await;
     eprintln!("Stopped {running} node(s) of {}", a.dir.display());

@@ -107,7 +107,10 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Resize { name, size } => {
             let size = parse_size(&size)?;
             let d: VdiDetail = ctx
-                .post(&format!("/api/vdis/{}/resize", encode(&name)), &Resize { size })
+                .post(
+                    &format!("/api/vdis/{}/resize", encode(&name)),
+                    &Resize { size },
+                )
                 .await?;
             show(ctx, &d)
         }

@@ -14,7 +14,7 @@ fn pattern_cmds(size: u64, verb: &str) -> Vec<String> {
     let spots: Vec<(u64, u64)> = vec![
         (0, 64 << 10),
         (OBJ - 4096, 8192),
-        (OBJ - 512, 1024),
+        (3 * OBJ - 512, 1024),
         (2 * OBJ - 1000, 3000),
         (7 * OBJ + 12345, 100_000),
         (size / 2, MIB + 4096),
@@ -80,20 +80,33 @@ fn test_qemu_img_convert_round_trip_is_identical() {
     std::fs::write(&src, &data).unwrap();
     c.create_vdi("img", "64M", &[]);
     let o = run(Command::new("qemu-img").args([
-        "convert", "-n", "-f", "raw", "-O", "raw",
+        "convert",
+        "-n",
+        "-f",
+        "raw",
+        "-O",
+        "raw",
         src.to_str().unwrap(),
         &c.nodes[0].uri("img"),
     ]));
     assert!(o.status.success(), "convert in: {}", text(&o));
     let o = run(Command::new("qemu-img").args([
-        "convert", "-f", "raw", "-O", "raw",
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "raw",
         &c.nodes[1].uri("img"),
         back.to_str().unwrap(),
     ]));
     assert!(o.status.success(), "convert out: {}", text(&o));
     assert!(std::fs::read(&back).unwrap() == data, "round trip differs");
     let o = run(Command::new("qemu-img").args([
-        "compare", "-f", "raw", "-F", "raw",
+        "compare",
+        "-f",
+        "raw",
+        "-F",
+        "raw",
         src.to_str().unwrap(),
         &c.nodes[2].uri("img"),
     ]));
@@ -107,9 +120,15 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
     }
     let c = Cluster::start(3, 3);
     c.create_vdi("sparse", "64M", &[]);
-    qemu_io(&c.nodes[0].uri("sparse"), &["write -P 1 8M 4k".to_string(), "flush".to_string()]);
+    qemu_io(
+        &c.nodes[0].uri("sparse"),
+        &["write -P 1 8M 4k".to_string(), "flush".to_string()],
+    );
     let o = run(Command::new("nbdinfo").args(["--size", &c.nodes[1].uri("sparse")]));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), (64 * MIB).to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        (64 * MIB).to_string()
+    );
     let o = run(Command::new("nbdinfo").args(["--map", "--json", &c.nodes[1].uri("sparse")]));
     assert!(o.status.success(), "{}", text(&o));
     let map: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -122,12 +141,21 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
         } else {
             data_bytes += len;
             let off = e["offset"].as_u64().unwrap();
-            assert!(off <= 8 * MIB && 8 * MIB < off + len, "data extent {e} does not hold the write");
+            assert!(
+                off <= 8 * MIB && 8 * MIB < off + len,
+                "data extent {e} does not hold the write"
+            );
         }
     }
-    assert_eq!(data_bytes, OBJ, "exactly the written object is allocated: {map}");
+    assert_eq!(
+        data_bytes, OBJ,
+        "exactly the written object is allocated: {map}"
+    );
     assert_eq!(hole_bytes, 60 * MIB);
-    let o = run(Command::new("nbdinfo").args(["--list", &format!("nbd+unix://?socket={}", c.nodes[2].nbd_unix)]));
+    let o = run(Command::new("nbdinfo").args([
+        "--list",
+        &format!("nbd+unix://?socket={}", c.nodes[2].nbd_unix),
+    ]));
     assert!(text(&o).contains("sparse"), "{}", text(&o));
 
     c.create_vdi("fio", "64M", &[]);
@@ -146,10 +174,15 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
         "--output-format=json",
     ]));
     assert!(o.status.success(), "fio: {}", text(&o));
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("fio json");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let j: serde_json::Value =
+        serde_json::from_str(&out[out.find('{').expect("fio json")..]).expect("fio json");
     assert_eq!(j["jobs"][0]["error"].as_i64(), Some(0), "{j}");
     let metrics = c.metrics(0);
-    assert!(metrics.contains("drove_nbd_ops_total{op=\"write\",result=\"ok\"}"), "{metrics}");
+    assert!(
+        metrics.contains("drove_nbd_ops_total{op=\"write\",result=\"ok\"}"),
+        "{metrics}"
+    );
     assert!(metrics.contains("drove_peer_sent_bytes_total"), "{metrics}");
     wait_until(Duration::from_secs(1), "metrics", || true);
 }
@@ -163,8 +196,14 @@ fn test_primary_copy_vdi_replicates_to_every_node() {
     c.create_vdi("pc", "32M", &["--mode", "primary-copy"]);
     let size = 32 * MIB;
     let spots = [(0u64, 4096u64), (OBJ - 100, 200), (size - 8192, 8192)];
-    let w: Vec<String> = spots.iter().map(|(o, l)| format!("write -P 0x42 {o} {l}")).collect();
-    let r: Vec<String> = spots.iter().map(|(o, l)| format!("read -P 0x42 {o} {l}")).collect();
+    let w: Vec<String> = spots
+        .iter()
+        .map(|(o, l)| format!("write -P 0x42 {o} {l}"))
+        .collect();
+    let r: Vec<String> = spots
+        .iter()
+        .map(|(o, l)| format!("read -P 0x42 {o} {l}"))
+        .collect();
     qemu_io(&c.nodes[1].uri("pc"), &w);
     // With copies=3 on 3 nodes every node holds every object: kill two of them and the
     // survivor still reads everything from its own store.

@@ -18,17 +18,35 @@ fn fails_with(o: &std::process::Output, needle: &str) {
 #[test]
 fn test_cli_errors_are_clear() {
     let c = Cluster::start(2, 2);
-    fails_with(&c.drove(0, &["vdi", "create", "a", "12Q"]), "Bad size '12Q'");
+    fails_with(
+        &c.drove(0, &["vdi", "create", "a", "12Q"]),
+        "Bad size '12Q'",
+    );
     fails_with(&c.drove(0, &["vdi", "create", "a", "0"]), "size");
-    fails_with(&c.drove(0, &["vdi", "create", "bad/name", "1G"]), "Bad VDI name");
-    fails_with(&c.drove(0, &["vdi", "create", "a", "1G", "--copies", "9"]), "--copies");
-    fails_with(&c.drove(0, &["vdi", "create", "a", "1G", "--copies", "3"]), "2");
-    fails_with(&c.drove(0, &["vdi", "create", "a", "1G", "--mode", "fast"]), "Unknown replication mode");
+    fails_with(
+        &c.drove(0, &["vdi", "create", "bad/name", "1G"]),
+        "Bad VDI name",
+    );
+    fails_with(
+        &c.drove(0, &["vdi", "create", "a", "1G", "--copies", "9"]),
+        "--copies",
+    );
+    fails_with(
+        &c.drove(0, &["vdi", "create", "a", "1G", "--copies", "3"]),
+        "2",
+    );
+    fails_with(
+        &c.drove(0, &["vdi", "create", "a", "1G", "--mode", "fast"]),
+        "Unknown replication mode",
+    );
     let o = c.drove(0, &["vdi", "create", "a", "1G"]);
     assert!(o.status.success(), "{}", text(&o));
     fails_with(&c.drove(1, &["vdi", "create", "a", "1G"]), "already exists");
     fails_with(&c.drove(1, &["vdi", "info", "nope"]), "No VDI named 'nope'");
-    fails_with(&c.drove(0, &["vdi", "delete", "nope"]), "No VDI named 'nope'");
+    fails_with(
+        &c.drove(0, &["vdi", "delete", "nope"]),
+        "No VDI named 'nope'",
+    );
     fails_with(&c.drove(0, &["vdi", "resize", "a", "512M"]), "shrink");
     let o = c.drove(1, &["vdi", "resize", "a", "2G", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -36,7 +54,11 @@ fn test_cli_errors_are_clear() {
     assert_eq!(v["size"].as_u64(), Some(2 << 30));
     let o = c.drove(0, &["vdi", "info", "a", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["copies"].as_u64(), Some(2), "default copies = min(3, nodes)");
+    assert_eq!(
+        v["copies"].as_u64(),
+        Some(2),
+        "default copies = min(3, nodes)"
+    );
     let o = run(Command::new(drove_bin()).args(["vdi", "list", "--cluster", "127.0.0.1:1"]));
     fails_with(&o, "Cannot reach the cluster at 127.0.0.1:1");
 }
@@ -48,9 +70,18 @@ fn test_nbd_errors_unknown_export_and_past_the_end() {
     }
     let c = Cluster::start(1, 1);
     c.create_vdi("small", "1M", &["--copies", "1"]);
-    let o = run(Command::new("qemu-io").args(["-f", "raw", "-c", "read 0 4k", &c.nodes[0].uri("missing")]));
+    let o = run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "read 0 4k",
+        &c.nodes[0].uri("missing"),
+    ]));
     let t = text(&o);
-    assert!(!o.status.success() || t.contains("rror"), "unknown export must fail: {t}");
+    assert!(
+        !o.status.success() || t.contains("rror"),
+        "unknown export must fail: {t}"
+    );
     // qemu-io checks bounds itself, so send an out-of-range read with nbdsh if present.
     if have("nbdsh") {
         let o = run(Command::new("nbdsh").args([
@@ -58,9 +89,15 @@ fn test_nbd_errors_unknown_export_and_past_the_end() {
             "-c", "try:\n  h.pread(4096, (1<<20) - 1024)\n  print('NO ERROR')\nexcept nbd.Error as e:\n  print('ERR', e.errno)",
         ]));
         let t = text(&o);
-        assert!(t.contains("ERR"), "read past the end must be an NBD error: {t}");
+        assert!(
+            t.contains("ERR"),
+            "read past the end must be an NBD error: {t}"
+        );
     }
-    qemu_io(&c.nodes[0].uri("small"), &["write -P 9 0 4k".into(), "read -P 9 0 4k".into()]);
+    qemu_io(
+        &c.nodes[0].uri("small"),
+        &["write -P 9 0 4k".into(), "read -P 9 0 4k".into()],
+    );
 }
 
 fn send_garbage_tcp(addr: &str, payload: &[u8]) {
@@ -79,7 +116,10 @@ fn test_garbage_on_every_port_node_keeps_serving() {
     }
     let c = Cluster::start(2, 2);
     c.create_vdi("g", "16M", &["--copies", "2"]);
-    qemu_io(&c.nodes[0].uri("g"), &["write -P 0x61 0 1M".into(), "flush".into()]);
+    qemu_io(
+        &c.nodes[0].uri("g"),
+        &["write -P 0x61 0 1M".into(), "flush".into()],
+    );
     let mut junk: Vec<Vec<u8>> = vec![
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
         vec![0xff; 4096],
@@ -91,7 +131,12 @@ fn test_garbage_on_every_port_node_keeps_serving() {
     ];
     let mut x: u32 = 7;
     for _ in 0..20 {
-        let v: Vec<u8> = (0..1000).map(|_| { x = x.wrapping_mul(1_103_515_245).wrapping_add(12345); (x >> 16) as u8 }).collect();
+        let v: Vec<u8> = (0..1000)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (x >> 16) as u8
+            })
+            .collect();
         junk.push(v);
     }
     for n in &c.nodes {
@@ -109,8 +154,15 @@ fn test_garbage_on_every_port_node_keeps_serving() {
         }
     }
     // Half-open: connect and say nothing, while others are served.
-    let _idle: Vec<TcpStream> = c.nodes.iter().filter_map(|n| TcpStream::connect(&n.peer).ok()).collect();
-    qemu_io(&c.nodes[1].uri("g"), &["read -P 0x61 0 1M".into(), "write -P 0x62 1M 1M".into()]);
+    let _idle: Vec<TcpStream> = c
+        .nodes
+        .iter()
+        .filter_map(|n| TcpStream::connect(&n.peer).ok())
+        .collect();
+    qemu_io(
+        &c.nodes[1].uri("g"),
+        &["read -P 0x61 0 1M".into(), "write -P 0x62 1M 1M".into()],
+    );
     qemu_io(&c.nodes[0].uri("g"), &["read -P 0x62 1M 1M".into()]);
     let o = c.drove(1, &["cluster", "status", "--json"]);
     assert!(o.status.success(), "{}", text(&o));

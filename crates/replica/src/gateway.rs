@@ -77,7 +77,7 @@ impl Gateway {
 
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         if node == self.me {
-            crate::local::apply(&self.store, &req, payload).await
+            crate::local::apply_and_forward(&self.store, &self.pool, &req, payload).await
         } else {
             self.pool.call(node, req, payload).await
         }

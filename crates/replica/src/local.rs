@@ -4,7 +4,10 @@ use bytes::Bytes;
 use drove_objstore::ObjectStore;
 use drove_proto::{PeerReq, PeerResp};
 use drove_types::{Error, ErrorKind, Result};
+use futures::future::join_all;
 use std::sync::Arc;
+
+use crate::PeerPool;
 
 /// Run `f` against the store on the blocking pool.
 pub async fn blocking<T: Send + 'static>(
@@ -83,4 +86,40 @@ pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> 
         PeerResp::Err(e) => Err(e.into()),
         other => Ok((other, payload)),
     }
+}
+
+/// Apply `req` here and, for a primary-copy write, pass it on to the nodes it names at
+/// the same time; the answer is an error if this node or any of them failed. Used by
+/// the peer server and by a gateway that is itself the primary.
+pub async fn apply_and_forward(
+    store: &Arc<dyn ObjectStore>,
+    pool: &PeerPool,
+    req: &PeerReq,
+    payload: Bytes,
+) -> Result<(PeerResp, Bytes)> {
+    let forward = match req {
+        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clone(),
+        _ => Vec::new(),
+    };
+    if forward.is_empty() {
+        return apply(store, req, payload).await;
+    }
+    let onward = strip_forward(req);
+    let remote = forward
+        .iter()
+        .map(|&n| pool.call(n, onward.clone(), payload.clone()));
+    let (local, remote) = tokio::join!(apply(store, req, payload.clone()), join_all(remote));
+    for r in remote {
+        r?;
+    }
+    local
+}
+
+fn strip_forward(req: &PeerReq) -> PeerReq {
+    let mut r = req.clone();
+    match &mut r {
+        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clear(),
+        _ => {}
+    }
+    r
 }

@@ -8,7 +8,6 @@ use drove_metrics::Metrics;
 use drove_objstore::ObjectStore;
 use drove_proto::{Frame, PeerReq, PeerResp, WireError};
 use drove_types::Result;
-use futures::future::join_all;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -142,38 +141,7 @@ impl PeerServer {
         }
     }
 
-    /// Apply locally and, for primary-copy writes, forward to the named nodes at the
-    /// same time; the answer is an error if any of them failed.
     async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
-        let forward = match req {
-            PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => {
-                forward.clone()
-            }
-            _ => Vec::new(),
-        };
-        if forward.is_empty() {
-            return crate::local::apply(&self.store, req, payload).await;
-        }
-        let onward = strip_forward(req);
-        let remote = forward
-            .iter()
-            .map(|&n| self.pool.call(n, onward.clone(), payload.clone()));
-        let (local, remote) = tokio::join!(
-            crate::local::apply(&self.store, req, payload.clone()),
-            join_all(remote)
-        );
-        for r in remote {
-            r?;
-        }
-        local
+        crate::local::apply_and_forward(&self.store, &self.pool, req, payload).await
     }
-}
-
-fn strip_forward(req: &PeerReq) -> PeerReq {
-    let mut r = req.clone();
-    match &mut r {
-        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clear(),
-        _ => {}
-    }
-    r
 }

@@ -99,24 +99,37 @@ fn pattern(seed: u8, len: usize) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_direct_and_primary_copy_writes_reach_every_replica() {
     let nodes = cluster(3).await;
-    for (k, mode) in [ReplicationMode::Direct, ReplicationMode::PrimaryCopy]
-        .into_iter()
-        .enumerate()
-    {
-        let v = vdi(mode);
-        let oid = ObjectId::new(v.id, k as u32);
-        let data = pattern(k as u8 + 1, 10_000);
-        nodes[0]
-            .gateway
-            .write(&v, oid, 4000, data.clone(), true)
-            .await
-            .unwrap();
-        for n in &nodes {
-            let got = n.store.read(oid, 4000, 10_000).unwrap();
-            assert_eq!(got, data.to_vec(), "node {} replica ({mode:?})", n.id);
+    // 16 objects per mode: each node is the primary of some of them, so the gateway
+    // (node 1) is sometimes the primary itself and must forward too.
+    for (vid, mode) in [
+        (20, ReplicationMode::Direct),
+        (21, ReplicationMode::PrimaryCopy),
+    ] {
+        // Distinct VDIs, so one mode's writes cannot stand in for the other's.
+        let v = VdiInfo {
+            id: VdiId(vid),
+            ..vdi(mode)
+        };
+        for k in 0..16u32 {
+            let oid = ObjectId::new(v.id, k);
+            let data = pattern(k as u8 + 1, 10_000);
+            nodes[0]
+                .gateway
+                .write(&v, oid, 4000, data.clone(), true)
+                .await
+                .unwrap();
+            for n in &nodes {
+                let got = n.store.read(oid, 4000, 10_000).unwrap();
+                assert_eq!(
+                    got,
+                    data.to_vec(),
+                    "node {} replica of {oid} ({mode:?})",
+                    n.id
+                );
+            }
+            let got = nodes[2].gateway.read(&v, oid, 4000, 10_000).await.unwrap();
+            assert_eq!(got, data);
         }
-        let got = nodes[2].gateway.read(&v, oid, 4000, 10_000).await.unwrap();
-        assert_eq!(got, data);
     }
 }
 

@@ -32,13 +32,17 @@ pub fn have(tool: &str) -> bool {
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
     while !cond() {
-        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < end,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 pub fn text(o: &Output) -> String {
@@ -163,7 +167,14 @@ impl Cluster {
             .unwrap();
         let child = Command::new(drove_bin())
             .args(["node", "run", "--data", n.data.to_str().unwrap()])
-            .args(["--zone", &n.zone, "--listen", &n.admin, "--peer-listen", &n.peer])
+            .args([
+                "--zone",
+                &n.zone,
+                "--listen",
+                &n.admin,
+                "--peer-listen",
+                &n.peer,
+            ])
             .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -184,8 +195,11 @@ impl Cluster {
 
     /// `drove down`, then `drove up` on the same directory.
     pub fn restart_all(&mut self) {
-        let o = run(Command::new(drove_bin())
-            .args(["down", "--dir", self.dir.path().to_str().unwrap()]));
+        let o = run(Command::new(drove_bin()).args([
+            "down",
+            "--dir",
+            self.dir.path().to_str().unwrap(),
+        ]));
         assert!(o.status.success(), "drove down failed: {}", text(&o));
         for c in &mut self.extra {
             let _ = c.kill();
@@ -198,15 +212,18 @@ impl Cluster {
             self.dir.path().to_str().unwrap(),
             "--detach",
         ]));
-        assert!(o.status.success(), "drove up (restart) failed: {}", text(&o));
+        assert!(
+            o.status.success(),
+            "drove up (restart) failed: {}",
+            text(&o)
+        );
         self.reload();
     }
 
     pub fn metrics(&self, i: usize) -> String {
-        let o = run(Command::new("curl").args([
-            "-sf",
-            &format!("http://{}/metrics", self.nodes[i].admin),
-        ]));
+        let o =
+            run(Command::new("curl")
+                .args(["-sf", &format!("http://{}/metrics", self.nodes[i].admin)]));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 }
