@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use crate::PeerPool;
 
+/// Writes up to this size without FUA are done on the calling task.
+const INLINE_MAX: usize = 64 << 10;
+
 /// Run `f` against the store on the blocking pool.
 pub async fn blocking<T: Send + 'static>(
     store: &Arc<dyn ObjectStore>,
@@ -35,6 +38,14 @@ pub async fn apply(
         &PeerReq::Write {
             oid, offset, fua, ..
         } => {
+            if !fua && payload.len() <= INLINE_MAX {
+                // A small write without FUA lands in the page cache and takes a few
+                // microseconds; handing it to the blocking pool and back costs more
+                // than that in thread wake-ups, so it runs here. Anything that can
+                // wait on the disk (FUA, fsync, large writes) still goes to the pool.
+                store.write(oid, offset, &payload)?;
+                return Ok((PeerResp::Ok, Bytes::new()));
+            }
             blocking(store, move |s| {
                 s.write(oid, offset, &payload)?;
                 if fua {
