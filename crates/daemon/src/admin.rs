@@ -153,8 +153,13 @@ async fn create_vdi(
     Ok(Json(detail(&a, expect_vdi(reply)?)))
 }
 
-async fn delete_vdi(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<serde_json::Value> {
-    a.meta.execute(Command::DeleteVdi { name: name.clone() }).await?;
+async fn delete_vdi(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    a.meta
+        .execute(Command::DeleteVdi { name: name.clone() })
+        .await?;
     Ok(Json(serde_json::json!({ "deleted": name })))
 }
 
@@ -173,7 +178,10 @@ async fn resize_vdi(
     Ok(Json(detail(&a, expect_vdi(reply)?)))
 }
 
-async fn settings(State(a): State<Admin>, Json(req): Json<api::Settings>) -> ApiResult<api::Settings> {
+async fn settings(
+    State(a): State<Admin>,
+    Json(req): Json<api::Settings>,
+) -> ApiResult<api::Settings> {
     if let Some(c) = req.default_copies {
         a.meta.execute(Command::SetDefaultCopies(c)).await?;
     }

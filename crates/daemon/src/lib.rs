@@ -8,8 +8,8 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod api;
 mod admin;
+pub mod api;
 mod config;
 mod exports;
 mod node;

@@ -72,7 +72,13 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     )?);
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
     let pool = PeerPool::new(me, map.clone(), PeerTimeouts::default(), metrics.clone());
-    let gateway = Gateway::new(me, store.clone(), pool.clone(), map.clone(), metrics.clone());
+    let gateway = Gateway::new(
+        me,
+        store.clone(),
+        pool.clone(),
+        map.clone(),
+        metrics.clone(),
+    );
     let exports = VdiExports::new(meta.clone(), gateway);
 
     let admin_router = meta.router().merge(admin::router(Admin {
@@ -82,7 +88,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_socket: info.nbd_socket.clone(),
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
-    let peer_task = tokio::spawn(PeerServer::new(store.clone(), pool, metrics.clone()).serve(peer_l));
+    let peer_task =
+        tokio::spawn(PeerServer::new(store.clone(), pool, metrics.clone()).serve(peer_l));
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
     meta.ready(READY_TIMEOUT).await?;
