@@ -74,6 +74,8 @@ pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
 
 async fn run_node(a: RunArgs) -> Result<()> {
     let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
