@@ -71,7 +71,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         u64::from(DEFAULT_OBJECT_SIZE),
     )?);
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
-    let pool = PeerPool::new(me, map.clone(), PeerTimeouts::default(), metrics.clone());
+    // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
+    let pool = PeerPool::with_routes(
+        me,
+        map.clone(),
+        PeerTimeouts::default(),
+        metrics.clone(),
+        cfg.data.join("peer-routes.json"),
+    );
     let gateway = Gateway::new(
         me,
         store.clone(),

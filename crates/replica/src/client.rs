@@ -10,6 +10,7 @@ use drove_metrics::Metrics;
 use drove_proto::{Frame, PeerReq, PeerResp};
 use drove_types::{Error, NodeId, Result};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,6 +69,7 @@ pub struct PeerPool {
     next_id: AtomicU64,
     timeouts: PeerTimeouts,
     metrics: Arc<Metrics>,
+    routes: Option<PathBuf>,
 }
 
 impl PeerPool {
@@ -78,6 +80,29 @@ impl PeerPool {
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
+        Self::build(me, map, timeouts, metrics, None)
+    }
+
+    /// Like [`PeerPool::new`], with a routes file: a JSON object mapping a peer
+    /// address to the address to dial instead (`{"127.0.0.1:7001": "127.0.0.1:9001"}`).
+    /// Benchmarks use it to send cross-zone traffic through a WAN delay proxy.
+    pub fn with_routes(
+        me: NodeId,
+        map: Arc<MapCell>,
+        timeouts: PeerTimeouts,
+        metrics: Arc<Metrics>,
+        routes: PathBuf,
+    ) -> Arc<Self> {
+        Self::build(me, map, timeouts, metrics, Some(routes))
+    }
+
+    fn build(
+        me: NodeId,
+        map: Arc<MapCell>,
+        timeouts: PeerTimeouts,
+        metrics: Arc<Metrics>,
+        routes: Option<PathBuf>,
+    ) -> Arc<Self> {
         Arc::new(PeerPool {
             me,
             map,
@@ -86,6 +111,7 @@ impl PeerPool {
             next_id: AtomicU64::new(1),
             timeouts,
             metrics,
+            routes,
         })
     }
 
@@ -169,6 +195,7 @@ impl PeerPool {
             .node(node)
             .map(|n| n.peer_addr.clone())
             .ok_or_else(|| Error::unavailable(format!("Node {node} is not in the cluster map")))?;
+        let addr = self.route(addr);
         let stream = tokio::time::timeout(self.timeouts.connect, TcpStream::connect(&addr))
             .await
             .map_err(|_| {
@@ -184,6 +211,25 @@ impl PeerPool {
             m.insert(node, conn.clone());
         }
         Ok(conn)
+    }
+
+    /// Translate a peer address through the routes file, if one is set and names it.
+    /// The file is read at every dial (dials are rare), so it can be written after
+    /// the node started.
+    fn route(&self, addr: String) -> String {
+        let Some(path) = &self.routes else {
+            return addr;
+        };
+        let Ok(bytes) = std::fs::read(path) else {
+            return addr;
+        };
+        match serde_json::from_slice::<HashMap<String, String>>(&bytes) {
+            Ok(routes) => routes.get(&addr).cloned().unwrap_or(addr),
+            Err(e) => {
+                tracing::warn!("ignoring {}: {e}", path.display());
+                addr
+            }
+        }
     }
 
     fn live(&self, node: NodeId) -> Option<Arc<Conn>> {

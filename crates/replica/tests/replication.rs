@@ -213,3 +213,83 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_routes_file_redirects_peer_connections() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let nodes = cluster(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let routes = dir.path().join("peer-routes.json");
+    // A third pool on node 1 with a routes file; node 2's real address is looked up
+    // from a map we build the same way as `cluster` does.
+    let real = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap().to_string();
+        let dir2 = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir2.path(), 4 << 20).unwrap());
+        let cell = Arc::new(MapCell::default());
+        let pool = PeerPool::new(NodeId(2), cell, PeerTimeouts::default(), Metrics::new());
+        tokio::spawn(PeerServer::new(store, pool, Metrics::new()).serve(l));
+        std::mem::forget(dir2);
+        a
+    };
+    let mut map = ClusterMap::default();
+    map.nodes.insert(
+        NodeId(2),
+        NodeInfo {
+            id: NodeId(2),
+            zone: "z2".into(),
+            weight: 100,
+            admin_addr: String::new(),
+            peer_addr: real.clone(),
+            nbd_addr: String::new(),
+            nbd_socket: String::new(),
+            state: NodeState::Up,
+        },
+    );
+    let timeouts = PeerTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(2),
+    };
+    let pool = PeerPool::with_routes(
+        NodeId(1),
+        Arc::new(MapCell::new(map)),
+        timeouts,
+        Metrics::new(),
+        routes.clone(),
+    );
+    // Route to a closed port: the peer is unreachable.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    std::fs::write(&routes, format!("{{\"{real}\": \"{closed}\"}}")).unwrap();
+    let err = pool
+        .call(NodeId(2), drove_proto::PeerReq::Ping, Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), drove_types::ErrorKind::Unavailable, "{err}");
+    // Route through a forwarder: the call succeeds, and it went through the forwarder.
+    let fwd = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fwd_addr = fwd.local_addr().unwrap();
+    let counted = Arc::new(AtomicU64::new(0));
+    let c2 = counted.clone();
+    let upstream = real.clone();
+    tokio::spawn(async move {
+        let (mut a, _) = fwd.accept().await.unwrap();
+        c2.fetch_add(1, Ordering::SeqCst);
+        let mut b = tokio::net::TcpStream::connect(upstream).await.unwrap();
+        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+    });
+    std::fs::write(&routes, format!("{{\"{real}\": \"{fwd_addr}\"}}")).unwrap();
+    pool.call(NodeId(2), drove_proto::PeerReq::Ping, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        counted.load(Ordering::SeqCst),
+        1,
+        "the call went through the forwarder"
+    );
+    drop(nodes);
+}
