@@ -1,0 +1,63 @@
+//! The server side of the metadata's HTTP routes, mounted on the node's admin
+//! listener: Raft RPCs under `/raft/` (answered by the local Raft whatever its role)
+//! and internal calls under `/meta/` (answered only by the leader; see
+//! [`crate::remote`]). Bodies are JSON.
+use crate::meta::Meta;
+use crate::remote::{JoinRequest, Role, Wire, Written};
+use crate::types::{Request, TypeConfig};
+use crate::write::SERVE_TIMEOUT;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::post;
+use axum::{Json, Router};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use std::sync::Arc;
+
+/// Largest request body: a batch of log entries or a snapshot chunk, JSON encoded.
+const BODY_LIMIT: usize = 64 << 20;
+
+pub(crate) fn router(meta: Arc<Meta>) -> Router {
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .route("/meta/write", post(write))
+        .route("/meta/join", post(join))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(meta)
+}
+
+async fn append(
+    State(meta): State<Arc<Meta>>,
+    Json(req): Json<AppendEntriesRequest<TypeConfig>>,
+) -> Json<Result<AppendEntriesResponse<u64>, RaftError<u64>>> {
+    Json(meta.raft.append_entries(req).await)
+}
+
+async fn vote(
+    State(meta): State<Arc<Meta>>,
+    Json(req): Json<VoteRequest<u64>>,
+) -> Json<Result<VoteResponse<u64>, RaftError<u64>>> {
+    Json(meta.raft.vote(req).await)
+}
+
+async fn snapshot(
+    State(meta): State<Arc<Meta>>,
+    Json(req): Json<InstallSnapshotRequest<TypeConfig>>,
+) -> Json<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>> {
+    Json(meta.raft.install_snapshot(req).await)
+}
+
+async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<Wire<Written>> {
+    if meta.is_closed() {
+        return Json(Wire::unavailable("Metadata service stopped"));
+    }
+    Json(meta.local_write_within(req, SERVE_TIMEOUT).await)
+}
+
+async fn join(State(meta): State<Arc<Meta>>, Json(req): Json<JoinRequest>) -> Json<Wire<Role>> {
+    Json(meta.handle_join(req).await)
+}

@@ -1,0 +1,76 @@
+//! drove's cluster metadata: the cluster map with its epoch history, the VDI table and
+//! the settings, kept as a replicated state machine on `openraft` and persisted in a
+//! local redb file. Raft RPCs and internal calls travel as HTTP on each node's admin
+//! listener ([`Meta::router`]). Only metadata goes through Raft, never data: the data
+//! path reads the map and VDI records from [`Meta::state`] / [`Meta::watch`] and asks
+//! the metadata nothing per I/O.
+//!
+//! ```text
+//!  CLI / daemon ──execute(Command)──► Meta ──(leader? local : POST /meta/write)──► Raft leader
+//!                                      │                                            │ replicate
+//!   gateways ◄──watch(Arc<MetaState>)──┘◄── StateMachine::apply ◄── committed log ◄─┘
+//! ```
+#![deny(missing_docs)]
+
+mod db;
+mod http;
+mod log_store;
+mod membership;
+mod meta;
+mod network;
+mod remote;
+mod startup;
+mod state;
+mod state_machine;
+#[cfg(test)]
+mod store_tests;
+mod types;
+mod write;
+
+pub use meta::Meta;
+pub use state::{
+    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, MAX_OBJECT_SIZE, MAX_VDI_SIZE,
+    SECTOR_SIZE,
+};
+
+use drove_types::{NodeId, NodeInfo};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How to start the metadata service of one node.
+#[derive(Debug, Clone)]
+pub struct MetaConfig {
+    /// The node's data directory; this crate owns `data_dir/meta/`.
+    pub data_dir: PathBuf,
+    /// `host:port` of this node's admin HTTP listener, where [`Meta::router`] is
+    /// served; other nodes reach our Raft there.
+    pub admin_addr: String,
+    /// Admin `host:port` of any existing member, to join its cluster. `None` on a
+    /// fresh directory bootstraps a one-voter cluster with node id 1.
+    pub join: Option<String>,
+    /// This node's zone, weight and addresses (the `id` field is ignored and filled in).
+    pub node: NodeInfo,
+    /// Largest number of Raft voters; later nodes join as learners.
+    pub max_voters: usize,
+}
+
+/// Default for [`MetaConfig::max_voters`].
+pub const DEFAULT_MAX_VOTERS: usize = 3;
+
+/// Raft status of this node, for `drove cluster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaStatus {
+    /// This node.
+    pub node_id: NodeId,
+    /// The leader this node currently believes in, if any (right after a restart, the
+    /// one of its persisted vote, until an election says otherwise).
+    pub leader: Option<NodeId>,
+    /// The current Raft term.
+    pub term: u64,
+    /// Voting members.
+    pub voters: Vec<NodeId>,
+    /// Non-voting members.
+    pub learners: Vec<NodeId>,
+    /// Index of the last log entry applied to this node's state (`None` before any).
+    pub last_applied_index: Option<u64>,
+}

@@ -1,0 +1,109 @@
+//! The leader's side of a join: add the node as a learner (or update its address),
+//! then promote it to voter while the cluster has fewer than `max_voters` voters.
+//! Runs under one lock so concurrent joins see each other's changes.
+use crate::meta::Meta;
+use crate::remote::{JoinRequest, Role, Wire};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How long the leader waits for a new learner to catch up before promoting it.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// How long the leader works on one join; below the joiner's call timeout (20 s).
+const JOIN_SERVE_TIMEOUT: Duration = Duration::from_secs(15);
+
+type WriteError = RaftError<u64, ClientWriteError<u64, BasicNode>>;
+
+fn to_wire<T>(e: WriteError) -> Wire<T> {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Wire::NotLeader {
+            leader: f.leader_node.map(|n| n.addr),
+        },
+        // A membership change still in progress, a learner not yet known: retry.
+        other => Wire::unavailable(format!("Membership change failed: {other}")),
+    }
+}
+
+impl Meta {
+    /// Serve `/meta/join` (leader only), giving up before the caller's timeout: a
+    /// membership change cannot commit while the quorum is lost.
+    pub(crate) async fn handle_join(&self, req: JoinRequest) -> Wire<Role> {
+        match tokio::time::timeout(JOIN_SERVE_TIMEOUT, self.join_member(req)).await {
+            Ok(w) => w,
+            Err(_) => Wire::unavailable("Membership change not committed in time"),
+        }
+    }
+
+    async fn join_member(&self, req: JoinRequest) -> Wire<Role> {
+        if self.is_closed() {
+            return Wire::unavailable("Metadata service stopped");
+        }
+        let _guard = self.membership_lock.lock().await;
+        match self.leader() {
+            Some((id, _)) if id == self.id => {}
+            other => {
+                return Wire::NotLeader {
+                    leader: other.map(|(_, addr)| addr),
+                }
+            }
+        }
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        let node = BasicNode {
+            addr: req.addr.clone(),
+        };
+        let change = match membership.get_node(&req.id) {
+            None => Some(ChangeMembers::AddNodes(BTreeMap::from([(req.id, node)]))),
+            Some(known) if known.addr != req.addr => {
+                Some(ChangeMembers::SetNodes(BTreeMap::from([(req.id, node)])))
+            }
+            Some(_) => None,
+        };
+        if let Some(change) = change {
+            tracing::info!(node = req.id, addr = %req.addr, "adding or updating a metadata member");
+            if let Err(e) = self.raft.change_membership(change, true).await {
+                return to_wire(e);
+            }
+        }
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        if voters.contains(&req.id) {
+            return Wire::Ok(Role::Voter);
+        }
+        if voters.len() >= req.max_voters {
+            return Wire::Ok(Role::Learner);
+        }
+        // Promote only a learner that has caught up: that proves the leader reaches
+        // it, so counting it in the quorum cannot stall commits.
+        if let Err(e) = self.wait_caught_up(req.id).await {
+            return Wire::unavailable(format!("Node {} has not caught up: {e}", req.id));
+        }
+        tracing::info!(node = req.id, "promoting a metadata learner to voter");
+        let change = ChangeMembers::AddVoterIds(BTreeSet::from([req.id]));
+        match self.raft.change_membership(change, false).await {
+            Ok(_) => Wire::Ok(Role::Voter),
+            Err(e) => to_wire(e),
+        }
+    }
+
+    async fn wait_caught_up(&self, id: u64) -> Result<(), String> {
+        let target = self.raft.metrics().borrow().last_log_index;
+        self.raft
+            .wait(Some(CATCH_UP_TIMEOUT))
+            .metrics(
+                move |m| {
+                    let matched = m
+                        .replication
+                        .as_ref()
+                        .and_then(|r| r.get(&id).cloned().flatten())
+                        .map(|l| l.index);
+                    matched >= target
+                },
+                "learner caught up",
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,318 @@
+//! [`Meta`]: one node's handle on the metadata service. It owns the Raft instance, the
+//! background task that bootstraps or joins the cluster, and the HTTP client used to
+//! reach other members. Opening is split from readiness ([`Meta::open`] then
+//! [`Meta::ready`]) because peers need this node's router served to elect a leader.
+use crate::db::{keys, Db, DbError};
+use crate::log_store::LogStore;
+use crate::network::Network;
+use crate::startup::{allocate_node_id, Progress};
+use crate::state::MetaState;
+use crate::state_machine::StateMachine;
+use crate::types::{Raft, RequestId};
+use crate::{MetaConfig, MetaStatus};
+use drove_types::{Error, NodeId, Result};
+use std::hash::BuildHasher;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long `open` waits for the redb file lock (held by a previous instance of this
+/// node in the same process that is still shutting down).
+const DB_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a fresh node tries to get an id from the join address.
+const JOIN_ID_WAIT: Duration = Duration::from_secs(60);
+
+/// Connect timeout of internal HTTP calls; a refused or silent peer is retried later.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The metadata service of one node.
+pub struct Meta {
+    pub(crate) id: u64,
+    pub(crate) cfg: MetaConfig,
+    pub(crate) raft: Raft,
+    state_rx: watch::Receiver<Arc<MetaState>>,
+    pub(crate) client: reqwest::Client,
+    client_id: u64,
+    seq: AtomicU64,
+    /// Serializes membership changes on the leader, so two joins racing cannot both
+    /// see room for one more voter.
+    pub(crate) membership_lock: tokio::sync::Mutex<()>,
+    pub(crate) progress: watch::Sender<Progress>,
+    startup_task: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before 1970).
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A random id for this process's requests (std's hasher keys are random).
+pub(crate) fn random_u64() -> u64 {
+    std::collections::hash_map::RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+}
+
+fn db_error(what: &str, e: DbError) -> Error {
+    Error::new(drove_types::ErrorKind::Io, format!("{what}: {e}"))
+}
+
+async fn open_db(path: &Path) -> Result<Db> {
+    let deadline = Instant::now() + DB_LOCK_WAIT;
+    loop {
+        match Db::open(path) {
+            Ok(db) => return Ok(db),
+            Err(e) if e.is_already_open() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(db_error(&format!("Cannot open {}", path.display()), e)),
+        }
+    }
+}
+
+fn raft_config() -> Result<Arc<openraft::Config>> {
+    let config = openraft::Config {
+        cluster_name: "drove-meta".to_string(),
+        heartbeat_interval: 250,
+        // Short enough that a cluster restarted as a whole elects within seconds.
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        install_snapshot_timeout: 5000,
+        // JSON-encoded chunks must stay well under the HTTP body limit.
+        snapshot_max_chunk_size: 256 << 10,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(1000),
+        ..Default::default()
+    };
+    let config = config
+        .validate()
+        .map_err(|e| Error::invalid(format!("Bad Raft configuration: {e}")))?;
+    Ok(Arc::new(config))
+}
+
+impl Meta {
+    /// Start this node's metadata service and return at once; [`Meta::ready`] waits
+    /// until it has joined the cluster. On a fresh directory with no join address it
+    /// bootstraps a one-voter cluster as node 1; with a join address it first gets a
+    /// node id from that cluster (so the join address must answer); on an existing
+    /// directory it reuses the persisted id, log, vote and snapshot.
+    pub async fn open(cfg: MetaConfig) -> Result<Arc<Meta>> {
+        let dir = cfg.data_dir.join("meta");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
+        let db = open_db(&dir.join("raft.redb")).await?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
+        let client_id = random_u64();
+        let stored: Option<u64> = db
+            .get(keys::NODE_ID)
+            .map_err(|e| db_error("Cannot read the node id", e))?;
+        let id = match (stored, &cfg.join) {
+            (Some(id), _) => id,
+            (None, None) => 1,
+            (None, Some(join)) => {
+                let deadline = Instant::now() + JOIN_ID_WAIT;
+                allocate_node_id(&client, join, client_id, deadline).await?
+            }
+        };
+        if stored.is_none() {
+            // Persisted before Raft starts: a restart must come back as the same node.
+            db.put(keys::NODE_ID, &id)
+                .await
+                .map_err(|e| db_error("Cannot store the node id", e))?;
+            tracing::info!(node = id, "metadata node id assigned");
+        }
+        let (sm, state_rx) = StateMachine::open(db.clone())
+            .map_err(|e| db_error("Cannot load the metadata snapshot", e))?;
+        let raft = Raft::new(
+            id,
+            raft_config()?,
+            Network::new(client.clone()),
+            LogStore::new(db),
+            sm,
+        )
+        .await
+        .map_err(|e| Error::unavailable(format!("Cannot start metadata Raft: {e}")))?;
+        let (progress, _) = watch::channel(Progress::Pending("starting".to_string()));
+        let meta = Arc::new(Meta {
+            id,
+            cfg,
+            raft,
+            state_rx,
+            client,
+            client_id,
+            seq: AtomicU64::new(1),
+            membership_lock: tokio::sync::Mutex::new(()),
+            progress,
+            startup_task: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        });
+        let task = tokio::spawn(meta.clone().run_startup());
+        *meta.startup_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        Ok(meta)
+    }
+
+    /// Wait until this node is a member of a cluster with a leader and has recorded
+    /// its own addresses in the map. The work goes on in the background after a
+    /// timeout; the error says where it stands.
+    pub async fn ready(&self, timeout: Duration) -> Result<()> {
+        let mut rx = self.progress.subscribe();
+        let waited = tokio::time::timeout(timeout, async {
+            let p = rx.wait_for(|p| !matches!(p, Progress::Pending(_))).await;
+            p.map(|p| p.clone())
+        })
+        .await;
+        match waited {
+            Ok(Ok(Progress::Ready)) => Ok(()),
+            Ok(_) => Err(Error::unavailable("Metadata service stopped")),
+            Err(_) => {
+                let why = match &*self.progress.borrow() {
+                    Progress::Pending(why) => why.clone(),
+                    other => format!("{other:?}"),
+                };
+                Err(Error::unavailable(format!(
+                    "Metadata not ready after {}s: {why}",
+                    timeout.as_secs()
+                )))
+            }
+        }
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        NodeId(self.id)
+    }
+
+    /// The HTTP routes of the metadata service, under `/raft/` (Raft RPCs) and
+    /// `/meta/` (forwarded writes, joins); the daemon merges them into its admin router.
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        crate::http::router(self.clone())
+    }
+
+    /// The latest state applied on this node (an `Arc` clone).
+    pub fn state(&self) -> Arc<MetaState> {
+        self.state_rx.borrow().clone()
+    }
+
+    /// A receiver that sees every newly applied state.
+    pub fn watch(&self) -> watch::Receiver<Arc<MetaState>> {
+        self.state_rx.clone()
+    }
+
+    /// Raft status of this node.
+    pub fn status(&self) -> MetaStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        MetaStatus {
+            node_id: NodeId(self.id),
+            leader: m.current_leader.map(NodeId),
+            term: m.current_term,
+            voters: membership.voter_ids().map(NodeId).collect(),
+            learners: membership.learner_ids().map(NodeId).collect(),
+            last_applied_index: m.last_applied.map(|l| l.index),
+        }
+    }
+
+    /// Take a snapshot of the state and drop the log entries it covers. Members that
+    /// fall behind (or join) later receive the snapshot instead of the full log.
+    pub async fn compact(&self) -> Result<()> {
+        let stopped =
+            |e: &dyn std::fmt::Display| Error::unavailable(format!("Metadata Raft stopped: {e}"));
+        let applied = self.raft.metrics().borrow().last_applied;
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| stopped(&e))?;
+        let m = self
+            .raft
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.snapshot >= applied, "snapshot built")
+            .await
+            .map_err(|e| Error::unavailable(format!("Snapshot not built: {e}")))?;
+        if let Some(snap) = m.snapshot {
+            self.raft
+                .trigger()
+                .purge_log(snap.index)
+                .await
+                .map_err(|e| stopped(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Stop Raft and the background work. Further calls fail with `Unavailable`.
+    pub async fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let task = self
+            .startup_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
+        self.progress.send_if_modified(|p| {
+            let pending = matches!(p, Progress::Pending(_));
+            if pending {
+                *p = Progress::Stopped;
+            }
+            pending
+        });
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(node = self.id, "metadata Raft did not stop cleanly: {e}");
+        }
+        tracing::info!(node = self.id, "metadata service stopped");
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn next_request_id(&self) -> RequestId {
+        RequestId {
+            client: self.client_id,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// The leader this node follows: `(id, admin address)`.
+    pub(crate) fn leader(&self) -> Option<(u64, String)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?;
+        Some((id, node.addr.clone()))
+    }
+
+    /// Addresses to ask for the leader: the join address, then the other members
+    /// this node knows from its own copy of the membership.
+    pub(crate) fn contact_points(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.cfg.join.iter().cloned().collect();
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        for (id, node) in m.membership_config.membership().nodes() {
+            if *id != self.id && node.addr != self.cfg.admin_addr && !out.contains(&node.addr) {
+                out.push(node.addr.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether this node is a voter registered under its configured address.
+    pub(crate) fn is_voter_here(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership.voter_ids().any(|v| v == self.id)
+            && membership
+                .get_node(&self.id)
+                .is_some_and(|n| n.addr == self.cfg.admin_addr)
+    }
+}

@@ -1,0 +1,171 @@
+//! The internal calls between metadata nodes that are not Raft RPCs: a write forwarded
+//! to the leader (`POST /meta/write`) and a join request (`POST /meta/join`). Both are
+//! served only by the leader; any other node answers [`Wire::NotLeader`] with the
+//! leader's address when it knows it, and the caller retries there.
+use crate::state::ApplyResult;
+use drove_types::{Error, ErrorKind};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The body of every `/meta/*` answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Wire<T> {
+    /// Done.
+    Ok(T),
+    /// Refused; `Unavailable` means "try again", any other kind is final.
+    Err {
+        /// What went wrong.
+        kind: ErrorKind,
+        /// For humans.
+        msg: String,
+    },
+    /// Ask the leader instead (admin address, when known).
+    NotLeader {
+        /// The leader's admin `host:port`.
+        leader: Option<String>,
+    },
+}
+
+impl<T> Wire<T> {
+    pub(crate) fn unavailable(msg: impl Into<String>) -> Self {
+        Wire::Err {
+            kind: ErrorKind::Unavailable,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// A committed write: the state machine's result and the entry's log index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Written {
+    pub result: ApplyResult,
+    pub index: u64,
+}
+
+/// A node asking to become a member (learner, then voter while there is room).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct JoinRequest {
+    /// Its Raft id (allocated earlier through `AllocateNodeId`).
+    pub id: u64,
+    /// Its admin `host:port`.
+    pub addr: String,
+    /// Promote it to voter only while the cluster has fewer voters than this.
+    pub max_voters: usize,
+}
+
+/// The membership a joined node ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Role {
+    /// Votes and counts for the quorum.
+    Voter,
+    /// Receives the log only.
+    Learner,
+}
+
+/// The outcome of one try against one node.
+pub(crate) enum Attempt<T> {
+    /// Success.
+    Done(T),
+    /// Worth retrying: maybe at `hint`, the leader's address.
+    Retry { hint: Option<String>, why: String },
+    /// Final error.
+    Fail(Error),
+}
+
+impl<T> From<Wire<T>> for Attempt<T> {
+    fn from(w: Wire<T>) -> Self {
+        match w {
+            Wire::Ok(t) => Attempt::Done(t),
+            Wire::Err {
+                kind: ErrorKind::Unavailable,
+                msg,
+            } => Attempt::Retry {
+                hint: None,
+                why: msg,
+            },
+            Wire::Err { kind, msg } => Attempt::Fail(Error::new(kind, msg)),
+            Wire::NotLeader { leader } => Attempt::Retry {
+                why: match &leader {
+                    Some(l) => format!("not the leader (leader is {l})"),
+                    None => "not the leader, leader unknown".to_string(),
+                },
+                hint: leader,
+            },
+        }
+    }
+}
+
+/// POST `body` as JSON to `http://{addr}{path}` and decode a [`Wire`] answer. Every
+/// transport failure is retryable: writes carry a request id, so a write whose
+/// answer was lost is applied once even when sent again.
+pub(crate) async fn post<Req, T>(
+    client: &reqwest::Client,
+    addr: &str,
+    path: &str,
+    body: &Req,
+    timeout: Duration,
+) -> Attempt<T>
+where
+    Req: Serialize,
+    T: DeserializeOwned,
+{
+    let url = format!("http://{addr}{path}");
+    let resp = match client.post(&url).timeout(timeout).json(body).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return Attempt::Retry {
+                hint: None,
+                why: format!("{url}: {e}"),
+            }
+        }
+    };
+    if !resp.status().is_success() {
+        return Attempt::Retry {
+            hint: None,
+            why: format!("{url} answered HTTP {}", resp.status()),
+        };
+    }
+    match resp.json::<Wire<T>>().await {
+        Ok(w) => w.into(),
+        Err(e) => Attempt::Retry {
+            hint: None,
+            why: format!("{url}: bad answer: {e}"),
+        },
+    }
+}
+
+/// Call `once` until it succeeds, fails for good, or `deadline` passes. `once` gets
+/// the leader address hinted by the previous try, if any; a fresh hint is followed at
+/// once (a few times), otherwise tries are spaced by a growing delay.
+pub(crate) async fn retry<T, F, Fut>(deadline: Instant, what: &str, mut once: F) -> Result<T, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    let mut hint = None;
+    let mut delay = Duration::from_millis(50);
+    let mut followed = 0;
+    loop {
+        let (next_hint, why) = match once(hint.take()).await {
+            Attempt::Done(t) => return Ok(t),
+            Attempt::Fail(e) => return Err(e),
+            Attempt::Retry { hint, why } => (hint, why),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::unavailable(format!("{what}: {why}")));
+        }
+        tracing::debug!("{what}: {why}; retrying");
+        if next_hint.is_some() && followed < 3 {
+            followed += 1;
+            hint = next_hint;
+            continue;
+        }
+        followed = 0;
+        hint = next_hint;
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,331 @@
+//! The cluster metadata itself: the cluster map with its epoch history, the VDI table
+//! and the settings, and the commands that change them. This is the replicated state
+//! machine's pure core: [`MetaState::apply`] is a plain match with no I/O, so every
+//! node that applies the same committed log reaches the same state. Nothing here is on
+//! the data path; gateways work from copies of the map and VDI records they hold.
+use drove_types::{
+    validate_name, ClusterMap, Epoch, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode,
+    VdiId, VdiInfo, BLOCK_SIZE, MAX_COPIES,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Largest VDI: 1 PiB.
+pub const MAX_VDI_SIZE: u64 = 1 << 50;
+
+/// VDI sizes are whole 512-byte sectors.
+pub const SECTOR_SIZE: u64 = 512;
+
+/// Largest object size a VDI may ask for: 1 GiB.
+pub const MAX_OBJECT_SIZE: u32 = 1 << 30;
+
+/// One change of the cluster map, kept forever so recovery can reason about old epochs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochRecord {
+    /// The epoch the change produced.
+    pub epoch: Epoch,
+    /// When the change was proposed, seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// What changed, for humans.
+    pub change: String,
+}
+
+/// Cluster-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Copies of a new VDI that does not ask for a number.
+    pub default_copies: u8,
+    /// Largest number of Raft voters; further nodes join as learners.
+    pub max_voters: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            default_copies: 3,
+            max_voters: 3,
+        }
+    }
+}
+
+/// Everything the metadata holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaState {
+    /// The cluster map; its epoch grows by one at every node add, remove or state change.
+    pub map: ClusterMap,
+    /// Every epoch change, oldest first; never truncated.
+    pub epoch_history: Vec<EpochRecord>,
+    /// The VDI table, by name.
+    pub vdis: BTreeMap<String, VdiInfo>,
+    /// The id the next VDI gets; ids are never reused.
+    pub next_vdi_id: u32,
+    /// The id the next joining node gets (the bootstrap node is 1).
+    pub next_node_id: u64,
+    /// Cluster-wide settings.
+    pub settings: Settings,
+}
+
+impl Default for MetaState {
+    fn default() -> Self {
+        MetaState {
+            map: ClusterMap::default(),
+            epoch_history: Vec::new(),
+            vdis: BTreeMap::new(),
+            next_vdi_id: 1,
+            next_node_id: 2,
+            settings: Settings::default(),
+        }
+    }
+}
+
+/// A change to the metadata, proposed through Raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Hand out a fresh node id; replies [`Reply::NodeId`].
+    AllocateNodeId,
+    /// Add a node or update its addresses, zone, weight or state. The epoch grows only
+    /// when the node is new or its zone, state or weight changed.
+    UpsertNode(NodeInfo),
+    /// Mark a node up or down; the epoch grows if the state changed.
+    SetNodeState {
+        /// The node.
+        id: NodeId,
+        /// Its new state.
+        state: NodeState,
+    },
+    /// Create a VDI; replies [`Reply::Vdi`].
+    CreateVdi {
+        /// Name, checked with [`drove_types::validate_name`].
+        name: String,
+        /// Size in bytes: a multiple of 512, at most 1 PiB.
+        size: u64,
+        /// Copies of each object; `None` takes the cluster default.
+        copies: Option<u8>,
+        /// Write fan-out mode.
+        mode: ReplicationMode,
+        /// Object size in bytes: a power of two from 4 KiB to 1 GiB.
+        object_size: u32,
+        /// Creation time, seconds since the Unix epoch (decided by the proposer).
+        now: u64,
+    },
+    /// Delete a VDI by name.
+    DeleteVdi {
+        /// Name.
+        name: String,
+    },
+    /// Grow a VDI; replies [`Reply::Vdi`] with the new record. Shrinking is refused.
+    ResizeVdi {
+        /// Name.
+        name: String,
+        /// New size in bytes.
+        size: u64,
+    },
+    /// Change the copies of VDIs created without an explicit number.
+    SetDefaultCopies(u8),
+}
+
+/// What a successful command returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The command took effect (or was already in effect).
+    Done,
+    /// The node id handed out by [`Command::AllocateNodeId`].
+    NodeId(NodeId),
+    /// The VDI record after the command.
+    Vdi(VdiInfo),
+}
+
+/// The outcome of applying one command; an error leaves the state untouched.
+pub type ApplyResult = Result<Reply, (ErrorKind, String)>;
+
+fn invalid(msg: String) -> (ErrorKind, String) {
+    (ErrorKind::Invalid, msg)
+}
+
+fn no_vdi(name: &str) -> (ErrorKind, String) {
+    (ErrorKind::NotFound, format!("No VDI named '{name}'"))
+}
+
+/// Check a VDI size against the sector size, the 1 PiB cap and the object count that
+/// fits an object index (`u32`).
+fn check_size(size: u64, object_size: u32) -> Result<(), (ErrorKind, String)> {
+    if size == 0 || !size.is_multiple_of(SECTOR_SIZE) {
+        return Err(invalid(format!(
+            "Bad VDI size {size}: use a non-zero multiple of {SECTOR_SIZE} bytes"
+        )));
+    }
+    if size > MAX_VDI_SIZE {
+        return Err(invalid(format!(
+            "VDI size {size} is larger than the 1P limit"
+        )));
+    }
+    if size.div_ceil(u64::from(object_size)) > u64::from(u32::MAX) + 1 {
+        return Err(invalid(format!(
+            "VDI size {size} needs more than 2^32 objects of {object_size} bytes: use larger objects"
+        )));
+    }
+    Ok(())
+}
+
+impl MetaState {
+    /// Apply one command at time `now` (seconds since the Unix epoch, decided by the
+    /// proposer and carried in the log so every node records the same value).
+    /// Deterministic: the result depends only on the state, the command and `now`. On
+    /// error the state is unchanged.
+    pub fn apply(&mut self, cmd: &Command, now: u64) -> ApplyResult {
+        match cmd {
+            Command::AllocateNodeId => {
+                let id = NodeId(self.next_node_id);
+                self.next_node_id += 1;
+                Ok(Reply::NodeId(id))
+            }
+            Command::UpsertNode(node) => {
+                self.upsert_node(node, now);
+                Ok(Reply::Done)
+            }
+            Command::SetNodeState { id, state } => {
+                let Some(node) = self.map.nodes.get_mut(id) else {
+                    return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+                };
+                if node.state != *state {
+                    let change = format!("node {id} {:?} -> {:?}", node.state, state);
+                    node.state = *state;
+                    self.bump_epoch(now, change);
+                }
+                Ok(Reply::Done)
+            }
+            Command::CreateVdi {
+                name,
+                size,
+                copies,
+                mode,
+                object_size,
+                now: created,
+            } => self.create_vdi(name, *size, *copies, *mode, *object_size, *created),
+            Command::DeleteVdi { name } => match self.vdis.remove(name) {
+                Some(_) => Ok(Reply::Done),
+                None => Err(no_vdi(name)),
+            },
+            Command::ResizeVdi { name, size } => {
+                let Some(vdi) = self.vdis.get_mut(name) else {
+                    return Err(no_vdi(name));
+                };
+                check_size(*size, vdi.object_size)?;
+                if *size < vdi.size {
+                    return Err(invalid(format!(
+                        "VDI '{name}' is {} bytes: shrinking to {size} is not supported",
+                        vdi.size
+                    )));
+                }
+                vdi.size = *size;
+                Ok(Reply::Vdi(vdi.clone()))
+            }
+            Command::SetDefaultCopies(copies) => {
+                check_copies(*copies)?;
+                self.settings.default_copies = *copies;
+                Ok(Reply::Done)
+            }
+        }
+    }
+
+    fn upsert_node(&mut self, node: &NodeInfo, now: u64) {
+        let id = node.id;
+        let change = match self.map.nodes.get(&id) {
+            None => Some(format!(
+                "node {id} joined (zone {}, weight {})",
+                node.zone, node.weight
+            )),
+            Some(old) => {
+                let mut parts = Vec::new();
+                if old.zone != node.zone {
+                    parts.push(format!("zone {} -> {}", old.zone, node.zone));
+                }
+                if old.weight != node.weight {
+                    parts.push(format!("weight {} -> {}", old.weight, node.weight));
+                }
+                if old.state != node.state {
+                    parts.push(format!("{:?} -> {:?}", old.state, node.state));
+                }
+                (!parts.is_empty()).then(|| format!("node {id} {}", parts.join(", ")))
+            }
+        };
+        // Address-only updates (a restarted node on new ports) change no placement, so
+        // they are stored without a new epoch.
+        self.map.nodes.insert(id, node.clone());
+        if let Some(change) = change {
+            self.bump_epoch(now, change);
+        }
+    }
+
+    fn create_vdi(
+        &mut self,
+        name: &str,
+        size: u64,
+        copies: Option<u8>,
+        mode: ReplicationMode,
+        object_size: u32,
+        created: u64,
+    ) -> ApplyResult {
+        validate_name(name).map_err(|e| invalid(e.message().to_string()))?;
+        if self.vdis.contains_key(name) {
+            return Err((
+                ErrorKind::AlreadyExists,
+                format!("VDI '{name}' already exists"),
+            ));
+        }
+        if !object_size.is_power_of_two()
+            || u64::from(object_size) < BLOCK_SIZE
+            || object_size > MAX_OBJECT_SIZE
+        {
+            return Err(invalid(format!(
+                "Bad object size {object_size}: use a power of two from 4K to 1G"
+            )));
+        }
+        check_size(size, object_size)?;
+        let copies = copies.unwrap_or(self.settings.default_copies);
+        check_copies(copies)?;
+        let up = self.map.up_nodes().count();
+        if usize::from(copies) > up {
+            return Err(invalid(format!(
+                "copies={copies} needs at least {copies} nodes, the cluster has {up}"
+            )));
+        }
+        let id = self.next_vdi_id;
+        let Some(next) = id.checked_add(1) else {
+            return Err((ErrorKind::NoSpace, "No VDI ids left".to_string()));
+        };
+        let info = VdiInfo {
+            id: VdiId(id),
+            name: name.to_string(),
+            size,
+            object_size,
+            copies,
+            mode,
+            created,
+        };
+        self.next_vdi_id = next;
+        self.vdis.insert(name.to_string(), info.clone());
+        Ok(Reply::Vdi(info))
+    }
+
+    fn bump_epoch(&mut self, now: u64, change: String) {
+        self.map.epoch = Epoch(self.map.epoch.0 + 1);
+        self.epoch_history.push(EpochRecord {
+            epoch: self.map.epoch,
+            at_unix: now,
+            change,
+        });
+    }
+}
+
+fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
+    if copies == 0 || copies > MAX_COPIES {
+        return Err(invalid(format!(
+            "Bad copies {copies}: use 1 to {MAX_COPIES}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

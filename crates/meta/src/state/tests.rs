@@ -1,0 +1,397 @@
+//! Unit tests of [`MetaState::apply`]: no Raft, just the pure state machine.
+use super::*;
+use drove_types::DEFAULT_OBJECT_SIZE;
+
+fn node(id: u64, zone: &str) -> NodeInfo {
+    NodeInfo {
+        id: NodeId(id),
+        zone: zone.to_string(),
+        weight: 1,
+        admin_addr: format!("10.0.0.{id}:7000"),
+        peer_addr: format!("10.0.0.{id}:7001"),
+        nbd_addr: format!("10.0.0.{id}:10809"),
+        nbd_socket: format!("/run/drove/{id}.sock"),
+        state: NodeState::Up,
+    }
+}
+
+fn with_nodes(n: u64) -> MetaState {
+    let mut s = MetaState::default();
+    for id in 1..=n {
+        s.apply(&Command::UpsertNode(node(id, "z")), 100).unwrap();
+    }
+    s
+}
+
+fn create(name: &str, size: u64, copies: Option<u8>) -> Command {
+    Command::CreateVdi {
+        name: name.to_string(),
+        size,
+        copies,
+        mode: ReplicationMode::Direct,
+        object_size: DEFAULT_OBJECT_SIZE,
+        now: 1234,
+    }
+}
+
+fn err_of(r: ApplyResult) -> (ErrorKind, String) {
+    r.expect_err("expected an error")
+}
+
+#[test]
+fn test_default_state_counters() {
+    let s = MetaState::default();
+    assert_eq!(s.map.epoch, Epoch(0));
+    assert_eq!(s.next_vdi_id, 1);
+    assert_eq!(s.next_node_id, 2);
+    assert_eq!(
+        s.settings,
+        Settings {
+            default_copies: 3,
+            max_voters: 3
+        }
+    );
+}
+
+#[test]
+fn test_allocate_node_id_is_sequential() {
+    let mut s = MetaState::default();
+    assert_eq!(
+        s.apply(&Command::AllocateNodeId, 0),
+        Ok(Reply::NodeId(NodeId(2)))
+    );
+    assert_eq!(
+        s.apply(&Command::AllocateNodeId, 0),
+        Ok(Reply::NodeId(NodeId(3)))
+    );
+    assert_eq!(s.next_node_id, 4);
+    assert_eq!(
+        s.map.epoch,
+        Epoch(0),
+        "allocating an id is not a map change"
+    );
+}
+
+#[test]
+fn test_upsert_new_node_bumps_epoch_and_records_history() {
+    let mut s = MetaState::default();
+    s.apply(&Command::UpsertNode(node(1, "a")), 50).unwrap();
+    assert_eq!(s.map.epoch, Epoch(1));
+    assert_eq!(s.map.nodes[&NodeId(1)].zone, "a");
+    assert_eq!(s.epoch_history.len(), 1);
+    assert_eq!(s.epoch_history[0].epoch, Epoch(1));
+    assert_eq!(s.epoch_history[0].at_unix, 50);
+    assert!(s.epoch_history[0].change.contains("node 1 joined"));
+}
+
+#[test]
+fn test_upsert_address_change_keeps_epoch() {
+    let mut s = with_nodes(1);
+    let mut n = node(1, "z");
+    n.admin_addr = "10.9.9.9:7000".to_string();
+    s.apply(&Command::UpsertNode(n.clone()), 60).unwrap();
+    assert_eq!(s.map.epoch, Epoch(1));
+    assert_eq!(s.map.nodes[&NodeId(1)].admin_addr, "10.9.9.9:7000");
+    // Re-applying the same record changes nothing.
+    s.apply(&Command::UpsertNode(n), 61).unwrap();
+    assert_eq!(s.map.epoch, Epoch(1));
+    assert_eq!(s.epoch_history.len(), 1);
+}
+
+#[test]
+fn test_upsert_zone_weight_or_state_change_bumps_epoch() {
+    let mut s = with_nodes(1);
+    let mut n = node(1, "other");
+    s.apply(&Command::UpsertNode(n.clone()), 70).unwrap();
+    assert_eq!(s.map.epoch, Epoch(2));
+    n.weight = 5;
+    s.apply(&Command::UpsertNode(n.clone()), 71).unwrap();
+    assert_eq!(s.map.epoch, Epoch(3));
+    n.state = NodeState::Down;
+    s.apply(&Command::UpsertNode(n), 72).unwrap();
+    assert_eq!(s.map.epoch, Epoch(4));
+    let changes: Vec<&str> = s.epoch_history.iter().map(|r| r.change.as_str()).collect();
+    assert!(changes[1].contains("zone z -> other"), "{changes:?}");
+    assert!(changes[2].contains("weight 1 -> 5"), "{changes:?}");
+    assert!(changes[3].contains("Up -> Down"), "{changes:?}");
+}
+
+#[test]
+fn test_set_node_state_bumps_epoch_only_on_change() {
+    let mut s = with_nodes(2);
+    let down = Command::SetNodeState {
+        id: NodeId(2),
+        state: NodeState::Down,
+    };
+    s.apply(&down, 80).unwrap();
+    assert_eq!(s.map.epoch, Epoch(3));
+    assert_eq!(s.map.nodes[&NodeId(2)].state, NodeState::Down);
+    s.apply(&down, 81).unwrap();
+    assert_eq!(s.map.epoch, Epoch(3));
+    assert_eq!(s.epoch_history.len(), 3);
+}
+
+#[test]
+fn test_set_node_state_unknown_node_is_not_found() {
+    let mut s = with_nodes(1);
+    let before = s.clone();
+    let (kind, _) = err_of(s.apply(
+        &Command::SetNodeState {
+            id: NodeId(9),
+            state: NodeState::Down,
+        },
+        0,
+    ));
+    assert_eq!(kind, ErrorKind::NotFound);
+    assert_eq!(s, before);
+}
+
+#[test]
+fn test_create_vdi_assigns_ids_and_defaults() {
+    let mut s = with_nodes(3);
+    let Ok(Reply::Vdi(a)) = s.apply(&create("a", 1 << 30, None), 0) else {
+        panic!("create a failed");
+    };
+    assert_eq!(a.id, VdiId(1));
+    assert_eq!(a.copies, 3);
+    assert_eq!(a.created, 1234);
+    assert_eq!(a.object_size, DEFAULT_OBJECT_SIZE);
+    let Ok(Reply::Vdi(b)) = s.apply(&create("b", 512, Some(2)), 0) else {
+        panic!("create b failed");
+    };
+    assert_eq!(b.id, VdiId(2));
+    assert_eq!(b.copies, 2);
+    assert_eq!(s.vdis.len(), 2);
+    assert_eq!(s.next_vdi_id, 3);
+}
+
+#[test]
+fn test_vdi_ids_are_never_reused() {
+    let mut s = with_nodes(3);
+    s.apply(&create("a", 4096, None), 0).unwrap();
+    s.apply(
+        &Command::DeleteVdi {
+            name: "a".to_string(),
+        },
+        0,
+    )
+    .unwrap();
+    let Ok(Reply::Vdi(again)) = s.apply(&create("a", 4096, None), 0) else {
+        panic!("re-create failed");
+    };
+    assert_eq!(again.id, VdiId(2));
+}
+
+#[test]
+fn test_create_duplicate_name_is_already_exists() {
+    let mut s = with_nodes(3);
+    s.apply(&create("x", 4096, None), 0).unwrap();
+    let before = s.clone();
+    let (kind, msg) = err_of(s.apply(&create("x", 8192, None), 0));
+    assert_eq!(kind, ErrorKind::AlreadyExists);
+    assert_eq!(msg, "VDI 'x' already exists");
+    assert_eq!(s, before);
+}
+
+#[test]
+fn test_create_rejects_bad_sizes() {
+    let mut s = with_nodes(3);
+    for size in [0, 511, 513, MAX_VDI_SIZE + 512] {
+        let (kind, msg) = err_of(s.apply(&create("v", size, None), 0));
+        assert_eq!(kind, ErrorKind::Invalid, "size {size}: {msg}");
+    }
+    assert!(s.apply(&create("v", MAX_VDI_SIZE, None), 0).is_ok());
+    assert!(
+        s.vdis.len() == 1 && s.next_vdi_id == 2,
+        "failed creates used no id"
+    );
+}
+
+#[test]
+fn test_create_rejects_bad_object_size_and_too_many_objects() {
+    let mut s = with_nodes(3);
+    for object_size in [0, 1000, 2048, 3 << 20, 1 << 31] {
+        let cmd = Command::CreateVdi {
+            name: "v".to_string(),
+            size: 1 << 20,
+            copies: None,
+            mode: ReplicationMode::Direct,
+            object_size,
+            now: 0,
+        };
+        let (kind, _) = err_of(s.apply(&cmd, 0));
+        assert_eq!(kind, ErrorKind::Invalid, "object size {object_size}");
+    }
+    // 1 PiB in 4 KiB objects needs 2^38 objects: more than an object index holds.
+    let cmd = Command::CreateVdi {
+        name: "v".to_string(),
+        size: MAX_VDI_SIZE,
+        copies: None,
+        mode: ReplicationMode::Direct,
+        object_size: 4096,
+        now: 0,
+    };
+    assert_eq!(err_of(s.apply(&cmd, 0)).0, ErrorKind::Invalid);
+}
+
+#[test]
+fn test_create_rejects_copies_out_of_range() {
+    let mut s = with_nodes(5);
+    for copies in [0, 6, 255] {
+        let (kind, _) = err_of(s.apply(&create("v", 4096, Some(copies)), 0));
+        assert_eq!(kind, ErrorKind::Invalid, "copies {copies}");
+    }
+    assert!(s.apply(&create("v", 4096, Some(5)), 0).is_ok());
+}
+
+#[test]
+fn test_create_needs_enough_up_nodes() {
+    let mut s = with_nodes(2);
+    let (kind, msg) = err_of(s.apply(&create("v", 4096, Some(3)), 0));
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert_eq!(msg, "copies=3 needs at least 3 nodes, the cluster has 2");
+    // The default (3) is checked the same way.
+    assert_eq!(
+        err_of(s.apply(&create("v", 4096, None), 0)).0,
+        ErrorKind::Invalid
+    );
+    // Down nodes do not count.
+    let mut s = with_nodes(3);
+    s.apply(
+        &Command::SetNodeState {
+            id: NodeId(3),
+            state: NodeState::Down,
+        },
+        0,
+    )
+    .unwrap();
+    let (_, msg) = err_of(s.apply(&create("v", 4096, None), 0));
+    assert_eq!(msg, "copies=3 needs at least 3 nodes, the cluster has 2");
+}
+
+#[test]
+fn test_create_rejects_bad_names() {
+    let mut s = with_nodes(3);
+    for name in ["", ".hidden", "-x", "a/b", "sp ace"] {
+        let (kind, _) = err_of(s.apply(&create(name, 4096, None), 0));
+        assert_eq!(kind, ErrorKind::Invalid, "name {name:?}");
+    }
+}
+
+#[test]
+fn test_delete_unknown_vdi_is_not_found() {
+    let mut s = with_nodes(3);
+    let (kind, msg) = err_of(s.apply(
+        &Command::DeleteVdi {
+            name: "nope".to_string(),
+        },
+        0,
+    ));
+    assert_eq!(kind, ErrorKind::NotFound);
+    assert_eq!(msg, "No VDI named 'nope'");
+}
+
+#[test]
+fn test_resize_grows_only() {
+    let mut s = with_nodes(3);
+    s.apply(&create("v", 1 << 20, None), 0).unwrap();
+    let grow = Command::ResizeVdi {
+        name: "v".to_string(),
+        size: 2 << 20,
+    };
+    let Ok(Reply::Vdi(v)) = s.apply(&grow, 0) else {
+        panic!("grow failed");
+    };
+    assert_eq!(v.size, 2 << 20);
+    assert_eq!(s.vdis["v"].size, 2 << 20);
+    // Same size is a no-op, not an error.
+    assert!(s.apply(&grow, 0).is_ok());
+    let shrink = Command::ResizeVdi {
+        name: "v".to_string(),
+        size: 1 << 20,
+    };
+    assert_eq!(err_of(s.apply(&shrink, 0)).0, ErrorKind::Invalid);
+    let odd = Command::ResizeVdi {
+        name: "v".to_string(),
+        size: (4 << 20) + 1,
+    };
+    assert_eq!(err_of(s.apply(&odd, 0)).0, ErrorKind::Invalid);
+    let huge = Command::ResizeVdi {
+        name: "v".to_string(),
+        size: MAX_VDI_SIZE * 2,
+    };
+    assert_eq!(err_of(s.apply(&huge, 0)).0, ErrorKind::Invalid);
+    let missing = Command::ResizeVdi {
+        name: "w".to_string(),
+        size: 4096,
+    };
+    assert_eq!(err_of(s.apply(&missing, 0)).0, ErrorKind::NotFound);
+    assert_eq!(s.vdis["v"].size, 2 << 20);
+}
+
+#[test]
+fn test_set_default_copies() {
+    let mut s = with_nodes(1);
+    assert_eq!(
+        err_of(s.apply(&Command::SetDefaultCopies(0), 0)).0,
+        ErrorKind::Invalid
+    );
+    assert_eq!(
+        err_of(s.apply(&Command::SetDefaultCopies(6), 0)).0,
+        ErrorKind::Invalid
+    );
+    s.apply(&Command::SetDefaultCopies(1), 0).unwrap();
+    assert_eq!(s.settings.default_copies, 1);
+    let Ok(Reply::Vdi(v)) = s.apply(&create("solo", 4096, None), 0) else {
+        panic!("create with default 1 failed");
+    };
+    assert_eq!(v.copies, 1);
+}
+
+#[test]
+fn test_apply_is_deterministic_across_replicas() {
+    let cmds = [
+        Command::UpsertNode(node(1, "a")),
+        Command::AllocateNodeId,
+        Command::UpsertNode(node(2, "b")),
+        Command::SetNodeState {
+            id: NodeId(2),
+            state: NodeState::Down,
+        },
+        create("bad", 4096, Some(2)),
+        Command::SetNodeState {
+            id: NodeId(2),
+            state: NodeState::Up,
+        },
+        create("good", 4096, Some(2)),
+        Command::ResizeVdi {
+            name: "good".to_string(),
+            size: 8192,
+        },
+    ];
+    let mut a = MetaState::default();
+    let mut b = MetaState::default();
+    let ra: Vec<ApplyResult> = cmds
+        .iter()
+        .enumerate()
+        .map(|(i, c)| a.apply(c, i as u64))
+        .collect();
+    let rb: Vec<ApplyResult> = cmds
+        .iter()
+        .enumerate()
+        .map(|(i, c)| b.apply(c, i as u64))
+        .collect();
+    assert_eq!(ra, rb);
+    assert_eq!(a, b);
+    assert!(ra[4].is_err() && ra[6].is_ok());
+    assert_eq!(a.map.epoch, Epoch(4));
+}
+
+#[test]
+fn test_state_round_trips_through_json() {
+    let mut s = with_nodes(3);
+    s.apply(&create("v", 4096, None), 9).unwrap();
+    let bytes = serde_json::to_vec(&s).unwrap();
+    let back: MetaState = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(back, s);
+}

@@ -1,0 +1,146 @@
+//! Tests of the redb log store and the state machine: openraft's storage conformance
+//! suite, then snapshot, restart and deduplication behaviour.
+use crate::db::Db;
+use crate::log_store::LogStore;
+use crate::state::{Command, MetaState, Reply};
+use crate::state_machine::StateMachine;
+use crate::types::{Entry, Request, RequestId, StorageError, TypeConfig};
+use drove_types::{NodeId, NodeInfo, NodeState};
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftSnapshotBuilder, StorageIOError};
+use std::sync::Arc;
+use tempfile::TempDir;
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for Builder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachine), StorageError> {
+        let dir = tempfile::tempdir().map_err(|e| StorageIOError::write(&e))?;
+        let db = Db::open(&dir.path().join("raft.redb")).map_err(|e| StorageIOError::write(&e))?;
+        let (sm, _rx) = StateMachine::open(db.clone()).map_err(|e| StorageIOError::read(&e))?;
+        Ok((dir, LogStore::new(db), sm))
+    }
+}
+
+#[test]
+fn test_storage_passes_openraft_suite() {
+    Suite::test_all(Builder).unwrap();
+}
+
+fn entry(index: u64, id: RequestId, cmd: Command) -> Entry {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Request { id, now: 77, cmd }),
+    }
+}
+
+fn node(id: u64) -> NodeInfo {
+    NodeInfo {
+        id: NodeId(id),
+        zone: "z".to_string(),
+        weight: 1,
+        admin_addr: format!("127.0.0.1:{id}"),
+        peer_addr: String::new(),
+        nbd_addr: String::new(),
+        nbd_socket: String::new(),
+        state: NodeState::Up,
+    }
+}
+
+fn rid(seq: u64) -> RequestId {
+    RequestId { client: 9, seq }
+}
+
+#[tokio::test]
+async fn test_retried_request_is_applied_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&dir.path().join("raft.redb")).unwrap();
+    let (mut sm, rx) = StateMachine::open(db).unwrap();
+    let out = sm
+        .apply([
+            entry(1, rid(1), Command::AllocateNodeId),
+            // The same request again, as after a leader change: same answer, no effect.
+            entry(2, rid(1), Command::AllocateNodeId),
+            entry(3, rid(2), Command::AllocateNodeId),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out[0], Ok(Reply::NodeId(NodeId(2))));
+    assert_eq!(out[1], Ok(Reply::NodeId(NodeId(2))));
+    assert_eq!(out[2], Ok(Reply::NodeId(NodeId(3))));
+    assert_eq!(rx.borrow().next_node_id, 4);
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied.map(|l| l.index), Some(3));
+}
+
+#[tokio::test]
+async fn test_snapshot_installs_elsewhere_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&dir.path().join("a.redb")).unwrap();
+    let (mut sm, _rx) = StateMachine::open(db).unwrap();
+    sm.apply([
+        entry(1, rid(1), Command::UpsertNode(node(1))),
+        entry(2, rid(2), Command::SetDefaultCopies(1)),
+    ])
+    .await
+    .unwrap();
+    let mut builder = sm.get_snapshot_builder().await;
+    let snap = builder.build_snapshot().await.unwrap();
+    assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(2));
+
+    // Install on a second, empty state machine, then reopen its file.
+    let path = dir.path().join("b.redb");
+    let expected: MetaState;
+    {
+        let db = Db::open(&path).unwrap();
+        let (mut other, rx) = StateMachine::open(db).unwrap();
+        other
+            .install_snapshot(&snap.meta, snap.snapshot)
+            .await
+            .unwrap();
+        expected = (**rx.borrow()).clone();
+        assert_eq!(expected.settings.default_copies, 1);
+        assert!(expected.map.nodes.contains_key(&NodeId(1)));
+        // A retried request from before the snapshot is still recognised.
+        let out = other
+            .apply([entry(3, rid(2), Command::SetDefaultCopies(4))])
+            .await
+            .unwrap();
+        assert_eq!(out[0], Ok(Reply::Done));
+        assert_eq!(rx.borrow().settings.default_copies, 1);
+    }
+    let db = Db::open(&path).unwrap();
+    let (mut reopened, rx) = StateMachine::open(db).unwrap();
+    assert_eq!(*rx.borrow(), Arc::new(expected));
+    let (applied, _) = reopened.applied_state().await.unwrap();
+    assert_eq!(applied.map(|l| l.index), Some(2));
+    let current = reopened.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, snap.meta);
+}
+
+#[tokio::test]
+async fn test_log_and_vote_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raft.redb");
+    let vote = openraft::Vote::new(3, 2);
+    {
+        let mut log = LogStore::new(Db::open(&path).unwrap());
+        log.save_vote(&vote).await.unwrap();
+        let entries = vec![
+            entry(1, rid(1), Command::AllocateNodeId),
+            entry(2, rid(2), Command::AllocateNodeId),
+        ];
+        openraft::storage::RaftLogStorageExt::blocking_append(&mut log, entries)
+            .await
+            .unwrap();
+        log.purge(LogId::new(CommittedLeaderId::new(1, 1), 1))
+            .await
+            .unwrap();
+    }
+    let mut log = LogStore::new(Db::open(&path).unwrap());
+    assert_eq!(log.read_vote().await.unwrap(), Some(vote));
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(1));
+    assert_eq!(state.last_log_id.map(|l| l.index), Some(2));
+}

@@ -1,0 +1,118 @@
+//! Linearizable metadata writes: [`Meta::execute`] proposes a command through Raft on
+//! the leader, forwarding it over HTTP when this node is not the leader, and retrying
+//! (same request id, so at most one apply) while there is no leader.
+use crate::meta::{unix_now, Meta};
+use crate::remote::{post, retry, Attempt, Wire, Written};
+use crate::state::{Command, Reply};
+use crate::types::Request;
+use drove_types::{Error, Result};
+use openraft::error::{ClientWriteError, RaftError};
+use std::time::{Duration, Instant};
+
+/// How long `execute` keeps trying to find a leader.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Timeout of one forwarded write, as seen by the caller.
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the leader works on a forwarded write: less than [`FORWARD_TIMEOUT`] so
+/// the caller gets a clear answer rather than a transport timeout.
+pub(crate) const SERVE_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Shortest time given to one local attempt, even at the deadline.
+const MIN_TRY: Duration = Duration::from_millis(100);
+
+impl Meta {
+    /// Apply `cmd` through Raft and return its result once it is committed and applied
+    /// on this node (so [`Meta::state`] reflects it). Without a leader for about 10 s
+    /// the error is `Unavailable` "No metadata leader"; a command the state machine
+    /// refuses returns its own error (`AlreadyExists`, `NotFound`, `Invalid`, ...).
+    pub async fn execute(&self, cmd: Command) -> Result<Reply> {
+        let deadline = Instant::now() + WRITE_TIMEOUT;
+        let req = Request {
+            id: self.next_request_id(),
+            now: unix_now(),
+            cmd,
+        };
+        let written = retry(deadline, "No metadata leader", |hint| {
+            self.write_once(&req, hint, deadline)
+        })
+        .await?;
+        // Read-your-writes on this node: wait for the local state machine to catch up
+        // with the entry. The write is committed either way.
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(500));
+        if let Err(e) = self
+            .raft
+            .wait(Some(left))
+            .applied_index_at_least(Some(written.index), "metadata write applied locally")
+            .await
+        {
+            tracing::warn!(
+                index = written.index,
+                "committed write not yet applied here: {e}"
+            );
+        }
+        written.result.map_err(|(kind, msg)| Error::new(kind, msg))
+    }
+
+    async fn write_once(
+        &self,
+        req: &Request,
+        hint: Option<String>,
+        deadline: Instant,
+    ) -> Attempt<Written> {
+        if self.is_closed() {
+            return Attempt::Fail(Error::unavailable("Metadata service stopped"));
+        }
+        let leader = self.leader();
+        let local = match &hint {
+            Some(addr) => *addr == self.cfg.admin_addr,
+            None => leader.as_ref().is_some_and(|(id, _)| *id == self.id),
+        };
+        if local {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(MIN_TRY);
+            return self.local_write_within(req.clone(), left).await.into();
+        }
+        match hint.or(leader.map(|(_, addr)| addr)) {
+            Some(addr) => post(&self.client, &addr, "/meta/write", req, FORWARD_TIMEOUT).await,
+            None => Attempt::Retry {
+                hint: None,
+                why: "no leader known".to_string(),
+            },
+        }
+    }
+
+    /// [`Meta::local_write`], giving up after `limit`: a leader that lost its quorum
+    /// keeps the proposal pending forever. The entry may still commit later; a retry
+    /// with the same request id is then answered from the deduplication window.
+    pub(crate) async fn local_write_within(&self, req: Request, limit: Duration) -> Wire<Written> {
+        match tokio::time::timeout(limit, self.local_write(req)).await {
+            Ok(w) => w,
+            Err(_) => Wire::unavailable(format!(
+                "write not committed within {} ms (no quorum?)",
+                limit.as_millis()
+            )),
+        }
+    }
+
+    /// Propose on this node's Raft; answers `NotLeader` unless it is the leader.
+    async fn local_write(&self, req: Request) -> Wire<Written> {
+        match self.raft.client_write(req).await {
+            Ok(resp) => Wire::Ok(Written {
+                result: resp.data,
+                index: resp.log_id.index,
+            }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Wire::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            },
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Wire::unavailable(e.to_string())
+            }
+            Err(RaftError::Fatal(e)) => Wire::unavailable(format!("Metadata Raft stopped: {e}")),
+        }
+    }
+}
