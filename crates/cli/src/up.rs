@@ -252,16 +252,14 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         }
     } else {
         let first_admin = nodes[0].admin.clone();
-        for i in 0..nodes.len() {
+        // One at a time: each joins through node 1 and waits to be in the map.
+        for (i, n) in nodes.iter_mut().enumerate() {
             let join = (i > 0).then_some(first_admin.as_str());
-            let mut c = spawn(&nodes[i], join)?;
-            let s = wait_ready(ctx, &nodes[i], i + 1, &mut c).await?;
-            nodes[i].id = s.node_id.0;
-            nodes[i].pid = c.id();
-            eprintln!(
-                "node {} up in zone {} ({})",
-                nodes[i].id, nodes[i].zone, nodes[i].admin
-            );
+            let mut c = spawn(n, join)?;
+            let s = wait_ready(ctx, n, i + 1, &mut c).await?;
+            n.id = s.node_id.0;
+            n.pid = c.id();
+            eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
             children.push(c);
         }
         let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);

@@ -83,15 +83,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         voters: st.voters,
         learners: st.learners,
         map: state.map.clone(),
-        epoch_history: state
-            .epoch_history
-            .iter()
-            .map(|r| api::EpochChange {
-                epoch: r.epoch,
-                at_unix: r.at_unix,
-                change: r.change.clone(),
-            })
-            .collect(),
+        epoch_history: state.epoch_history.clone(),
         default_copies: state.settings.default_copies,
         vdi_count: state.vdis.len(),
     }))

@@ -1,5 +1,6 @@
 //! The admin API's request and response bodies, shared by the node and the CLI.
-use drove_types::{ClusterMap, Epoch, NodeId, ReplicationMode, VdiInfo};
+pub use drove_meta::EpochRecord;
+use drove_types::{ClusterMap, NodeId, ReplicationMode, VdiInfo};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/vdis`.
@@ -39,17 +40,6 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// One epoch change, as shown by `cluster status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EpochChange {
-    /// The epoch that began.
-    pub epoch: Epoch,
-    /// When, seconds since the Unix epoch.
-    pub at_unix: u64,
-    /// What changed.
-    pub change: String,
-}
-
 /// `GET /api/status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
@@ -66,7 +56,7 @@ pub struct Status {
     /// Cluster map.
     pub map: ClusterMap,
     /// Every epoch change so far.
-    pub epoch_history: Vec<EpochChange>,
+    pub epoch_history: Vec<EpochRecord>,
     /// Copies of new VDIs by default.
     pub default_copies: u8,
     /// Number of VDIs.

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -240,8 +240,8 @@ impl PeerPool {
     }
 
     fn spawn_conn(&self, node: NodeId, stream: TcpStream) -> Arc<Conn> {
-        let (rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::channel::<Bytes>(1024);
         let conn = Arc::new(Conn {
             tx,
             pending: Mutex::new(HashMap::new()),
@@ -251,22 +251,7 @@ impl PeerPool {
         let metrics = self.metrics.clone();
         let wconn = conn.clone();
         tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(64 << 10);
-            while let Some(first) = rx.recv().await {
-                batch.clear();
-                batch.extend_from_slice(&first);
-                // Coalesce whatever else is queued into one write.
-                while batch.len() < (1 << 20) {
-                    match rx.try_recv() {
-                        Ok(more) => batch.extend_from_slice(&more),
-                        Err(_) => break,
-                    }
-                }
-                if wr.write_all(&batch).await.is_err() {
-                    break;
-                }
-                metrics.peer_sent(&label, batch.len() as u64);
-            }
+            let _ = crate::writer::drain(rx, wr, |n| metrics.peer_sent(&label, n as u64)).await;
             wconn.kill();
         });
         let rconn = conn.clone();

@@ -16,6 +16,7 @@ pub mod local;
 mod mapcell;
 mod ranges;
 mod server;
+mod writer;
 
 pub use client::{PeerPool, PeerTimeouts};
 pub use gateway::Gateway;

@@ -10,7 +10,7 @@ use drove_proto::{Frame, PeerReq, PeerResp, WireError};
 use drove_types::Result;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -63,23 +63,9 @@ impl PeerServer {
 
     async fn serve_conn(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
         let _ = stream.set_nodelay(true);
-        let (rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
-        let writer = tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(64 << 10);
-            while let Some(first) = rx.recv().await {
-                batch.clear();
-                batch.extend_from_slice(&first);
-                while batch.len() < (1 << 20) {
-                    match rx.try_recv() {
-                        Ok(more) => batch.extend_from_slice(&more),
-                        Err(_) => break,
-                    }
-                }
-                wr.write_all(&batch).await?;
-            }
-            Ok::<_, std::io::Error>(())
-        });
+        let (rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::channel::<Bytes>(1024);
+        let writer = tokio::spawn(crate::writer::drain(rx, wr, |_| {}));
         let sem = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         let mut rd = BufReader::with_capacity(256 << 10, rd);
         let result = loop {
