@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Metadata voters at most; nodes joining after that are learners.
     #[arg(long, default_value_t = 3)]
     pub max_voters: usize,
+    /// Seconds a VDI write lock lasts without renewal: a gateway cut off from the
+    /// metadata stops writing after this, and another node may take the VDI.
+    #[arg(long, default_value_t = 15)]
+    pub lock_lease: u64,
 }
 
 fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
@@ -99,6 +103,7 @@ async fn run_node(a: RunArgs) -> Result<()> {
         },
         join: a.join,
         max_voters: a.max_voters.max(1),
+        lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
     };
     drove_daemon::run(cfg, shutdown_signal())
         .await

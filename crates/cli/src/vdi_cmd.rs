@@ -35,6 +35,15 @@ pub enum VdiCmd {
         /// Name.
         name: String,
     },
+    /// Ask the node writing a VDI to flush and hand its write lock to node TO (live
+    /// migration: run it when the destination takes over).
+    Handover {
+        /// Name.
+        name: String,
+        /// Node id that takes the lock.
+        #[arg(long)]
+        to: u64,
+    },
     /// Grow a VDI to SIZE (shrinking is refused).
     Resize {
         /// Name.
@@ -104,6 +113,17 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             println!("Deleted VDI '{name}'");
             Ok(())
         }
+        VdiCmd::Handover { name, to } => {
+            let d: VdiDetail = ctx
+                .post(
+                    &format!("/api/vdis/{}/handover", encode(&name)),
+                    &drove_daemon::api::Handover {
+                        to: drove_types::NodeId(to),
+                    },
+                )
+                .await?;
+            show(ctx, &d)
+        }
         VdiCmd::Resize { name, size } => {
             let size = parse_size(&size)?;
             let d: VdiDetail = ctx
@@ -145,5 +165,18 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
     println!("objects:     {}", d.objects);
     println!("nbd (tcp):   {}", d.nbd_tcp);
     println!("nbd (unix):  {}", d.nbd_unix);
+    match &d.lock {
+        Some(l) => {
+            let handover = l
+                .handover_to
+                .map(|n| format!(", handing over to node {n}"))
+                .unwrap_or_default();
+            println!(
+                "written by:  node {} (lock generation {}{handover})",
+                l.owner, l.generation
+            );
+        }
+        None => println!("written by:  nobody (no write lock held)"),
+    }
     Ok(())
 }

@@ -171,6 +171,7 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--output-format=json",
     ]));
     assert!(o.status.success(), "fio: {}", text(&o));

@@ -35,7 +35,7 @@ impl IntoResponse for ApiErr {
     fn into_response(self) -> Response {
         let status = match self.0.kind() {
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::AlreadyExists => StatusCode::CONFLICT,
+            ErrorKind::AlreadyExists | ErrorKind::Locked => StatusCode::CONFLICT,
             ErrorKind::Invalid => StatusCode::BAD_REQUEST,
             ErrorKind::Unavailable | ErrorKind::StaleEpoch => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
@@ -58,6 +58,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis", get(list_vdis).post(create_vdi))
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))
+        .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
         .with_state(admin)
@@ -95,6 +96,7 @@ async fn list_vdis(State(a): State<Admin>) -> ApiResult<Vec<VdiInfo>> {
 
 fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
     api::VdiDetail {
+        lock: a.meta.state().locks.get(&info.id).cloned(),
         objects: info.object_count(),
         nbd_tcp: format!("nbd://{}/{}", a.nbd_tcp, info.name),
         nbd_unix: format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket),
@@ -149,10 +151,42 @@ async fn delete_vdi(
     State(a): State<Admin>,
     Path(name): Path<String>,
 ) -> ApiResult<serde_json::Value> {
+    // A client that just detached may still be releasing the lock: give it a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match a
+            .meta
+            .execute(Command::DeleteVdi { name: name.clone() })
+            .await
+        {
+            Ok(_) => return Ok(Json(serde_json::json!({ "deleted": name }))),
+            Err(e) if e.kind() == ErrorKind::Locked && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+async fn handover(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Handover>,
+) -> ApiResult<api::VdiDetail> {
     a.meta
-        .execute(Command::DeleteVdi { name: name.clone() })
+        .execute(Command::RequestHandover {
+            vdi: name.clone(),
+            to: req.to,
+        })
         .await?;
-    Ok(Json(serde_json::json!({ "deleted": name })))
+    let info = a
+        .meta
+        .state()
+        .vdis
+        .get(&name)
+        .cloned()
+        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?;
+    Ok(Json(detail(&a, info)))
 }
 
 async fn resize_vdi(

@@ -1,5 +1,5 @@
 //! The admin API's request and response bodies, shared by the node and the CLI.
-pub use drove_meta::EpochRecord;
+pub use drove_meta::{EpochRecord, VdiLock};
 use drove_types::{ClusterMap, NodeId, ReplicationMode, VdiInfo};
 use serde::{Deserialize, Serialize};
 
@@ -75,4 +75,13 @@ pub struct VdiDetail {
     pub nbd_tcp: String,
     /// NBD URI through the answering node's unix socket.
     pub nbd_unix: String,
+    /// The write lock, when a gateway holds one.
+    pub lock: Option<VdiLock>,
+}
+
+/// `POST /api/vdis/{name}/handover`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Handover {
+    /// The node that takes the lock.
+    pub to: NodeId,
 }

@@ -7,7 +7,7 @@ use drove_meta::Meta;
 use drove_nbd::{Export, Exports, Extent};
 use drove_replica::Gateway;
 use drove_types::{format_size, Error, Result};
-use drove_volume::Volume;
+use drove_volume::{LockService, Volume};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -15,16 +15,23 @@ use std::sync::{Arc, Mutex};
 pub struct VdiExports {
     meta: Arc<Meta>,
     gateway: Arc<Gateway>,
+    locks: Arc<dyn LockService>,
     volumes: Mutex<HashMap<String, Arc<Volume>>>,
 }
 
 impl VdiExports {
-    pub fn new(meta: Arc<Meta>, gateway: Arc<Gateway>) -> Arc<Self> {
+    pub fn new(meta: Arc<Meta>, gateway: Arc<Gateway>, locks: Arc<dyn LockService>) -> Arc<Self> {
         Arc::new(VdiExports {
             meta,
             gateway,
+            locks,
             volumes: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The open volume of `name`, if a client attached it here.
+    pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
+        self.volumes.lock().ok()?.get(name).cloned()
     }
 
     /// Bring open volumes up to date with the VDI table: new sizes, deleted VDIs.
@@ -72,18 +79,25 @@ impl Exports for VdiExports {
             match vols.get(name) {
                 Some(v) if v.info().id == info.id => v.clone(),
                 _ => {
-                    let v = Volume::new(info, self.gateway.clone());
+                    let v = Volume::new(info, self.gateway.clone(), self.locks.clone());
                     vols.insert(name.to_string(), v.clone());
                     v
                 }
             }
         };
+        vol.attach();
         Ok(Arc::new(VolumeExport(vol)))
     }
 }
 
-/// A [`Volume`] as an NBD export.
+/// A [`Volume`] as an NBD export: one per client connection, attached while it lives.
 struct VolumeExport(Arc<Volume>);
+
+impl Drop for VolumeExport {
+    fn drop(&mut self) {
+        self.0.detach();
+    }
+}
 
 #[async_trait]
 impl Export for VolumeExport {

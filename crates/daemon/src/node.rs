@@ -6,7 +6,7 @@ use drove_meta::{Meta, MetaConfig};
 use drove_metrics::Metrics;
 use drove_nbd::Server as NbdServer;
 use drove_objstore::{FileStore, ObjectStore};
-use drove_replica::{Gateway, MapCell, PeerPool, PeerServer, PeerTimeouts};
+use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
 use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZE};
 use std::future::Future;
 use std::sync::Arc;
@@ -79,14 +79,16 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         metrics.clone(),
         cfg.data.join("peer-routes.json"),
     );
+    let local = LocalStore::new(store.clone());
     let gateway = Gateway::new(
         me,
-        store.clone(),
+        local.clone(),
         pool.clone(),
         map.clone(),
         metrics.clone(),
     );
-    let exports = VdiExports::new(meta.clone(), gateway);
+    let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease);
+    let exports = VdiExports::new(meta.clone(), gateway, locks);
 
     let admin_router = meta.router().merge(admin::router(Admin {
         meta: meta.clone(),
@@ -96,7 +98,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
     let peer_task =
-        tokio::spawn(PeerServer::new(store.clone(), pool, metrics.clone()).serve(peer_l));
+        tokio::spawn(PeerServer::new(local.clone(), pool, metrics.clone()).serve(peer_l));
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
     meta.ready(READY_TIMEOUT).await?;
@@ -104,7 +106,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         meta.clone(),
         map,
         exports.clone(),
-        store.clone(),
+        local,
     ));
     let nbd = Arc::new(NbdServer::new(exports, metrics));
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));

@@ -2,8 +2,7 @@
 //! new cluster map, updates open volumes (resize) and deletes the local objects of
 //! VDIs that were deleted. The data path itself never waits on Raft.
 use drove_meta::{Meta, MetaState};
-use drove_objstore::ObjectStore;
-use drove_replica::MapCell;
+use drove_replica::{LocalStore, MapCell};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -14,23 +13,59 @@ pub async fn follow(
     meta: Arc<Meta>,
     map: Arc<MapCell>,
     exports: Arc<VdiExports>,
-    store: Arc<dyn ObjectStore>,
+    local: Arc<LocalStore>,
 ) {
     let mut rx = meta.watch();
+    let me = meta.node_id();
+    let mut handed: BTreeSet<(u32, u64)> = BTreeSet::new();
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
         map.set(Arc::new(state.map.clone()));
         exports.refresh(&state);
-        collect_garbage(&state, &store).await;
+        // Every generation the cluster handed out fences older writers here.
+        for (vdi, g) in &state.lock_generations {
+            local.fence().raise(*vdi, *g);
+        }
+        hand_over(&state, me, &exports, &mut handed);
+        collect_garbage(&state, local.store()).await;
         if rx.changed().await.is_err() {
             return;
         }
     }
 }
 
+/// A node asked for the lock of a VDI this node holds: hand it over (once per
+/// generation), in the background so the watcher keeps following.
+fn hand_over(
+    state: &MetaState,
+    me: drove_types::NodeId,
+    exports: &Arc<VdiExports>,
+    handed: &mut BTreeSet<(u32, u64)>,
+) {
+    for (vdi, lock) in &state.locks {
+        let (true, Some(to)) = (lock.owner == me, lock.handover_to) else {
+            continue;
+        };
+        if !handed.insert((vdi.0, lock.generation)) {
+            continue;
+        }
+        let Some(info) = state.vdis.values().find(|v| v.id == *vdi) else {
+            continue;
+        };
+        let Some(vol) = exports.volume(&info.name) else {
+            continue;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = vol.hand_over(&to.to_string()).await {
+                tracing::warn!("hand-over to node {to} failed: {e}");
+            }
+        });
+    }
+}
+
 /// Delete local objects whose VDI is no longer in the table. VDI ids are never
 /// reused, so an object of an unknown id can only belong to a deleted VDI.
-async fn collect_garbage(state: &MetaState, store: &Arc<dyn ObjectStore>) {
+async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::ObjectStore>) {
     if state.map.nodes.is_empty() {
         // Not caught up with the log yet: an empty table means nothing.
         return;

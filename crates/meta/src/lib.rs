@@ -29,8 +29,8 @@ mod write;
 
 pub use meta::Meta;
 pub use state::{
-    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, MAX_OBJECT_SIZE, MAX_VDI_SIZE,
-    SECTOR_SIZE,
+    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, MAX_OBJECT_SIZE,
+    MAX_VDI_SIZE, SECTOR_SIZE,
 };
 
 use drove_types::{NodeId, NodeInfo};

@@ -48,6 +48,20 @@ impl Default for Settings {
     }
 }
 
+/// The write lock of a VDI: a lease held by the gateway node that writes it.
+/// Replicas refuse writes that carry an older `generation` (fencing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VdiLock {
+    /// The gateway node holding the lock.
+    pub owner: NodeId,
+    /// Grows by one at every new holder; never reused for a VDI.
+    pub generation: u64,
+    /// The lease ends at this time (milliseconds since the Unix epoch, holder's clock).
+    pub expires_ms: u64,
+    /// A node that asked the holder to hand the lock over.
+    pub handover_to: Option<NodeId>,
+}
+
 /// Everything the metadata holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetaState {
@@ -63,6 +77,10 @@ pub struct MetaState {
     pub next_node_id: u64,
     /// Cluster-wide settings.
     pub settings: Settings,
+    /// Write locks, by VDI id.
+    pub locks: BTreeMap<VdiId, VdiLock>,
+    /// The last lock generation handed out for each VDI (kept after release).
+    pub lock_generations: BTreeMap<VdiId, u64>,
 }
 
 impl Default for MetaState {
@@ -74,6 +92,8 @@ impl Default for MetaState {
             next_vdi_id: 1,
             next_node_id: 2,
             settings: Settings::default(),
+            locks: BTreeMap::new(),
+            lock_generations: BTreeMap::new(),
         }
     }
 }
@@ -122,6 +142,34 @@ pub enum Command {
     },
     /// Change the copies of VDIs created without an explicit number.
     SetDefaultCopies(u8),
+    /// Take or renew a VDI's write lock for `node`; replies [`Reply::Lock`]. Refused
+    /// with `Locked` while another node's lease runs.
+    AcquireLock {
+        /// VDI name.
+        vdi: String,
+        /// The gateway asking.
+        node: NodeId,
+        /// The proposer's clock, milliseconds since the Unix epoch.
+        now_ms: u64,
+        /// Lease length in milliseconds.
+        lease_ms: u64,
+    },
+    /// Give a lock up (idempotent: a lock no longer held with that generation is left).
+    ReleaseLock {
+        /// VDI name.
+        vdi: String,
+        /// The holder.
+        node: NodeId,
+        /// The generation it holds.
+        generation: u64,
+    },
+    /// Ask the holder of a VDI's lock to flush and hand it over to `to`.
+    RequestHandover {
+        /// VDI name.
+        vdi: String,
+        /// The node that will take the lock.
+        to: NodeId,
+    },
 }
 
 /// What a successful command returns.
@@ -133,6 +181,8 @@ pub enum Reply {
     NodeId(NodeId),
     /// The VDI record after the command.
     Vdi(VdiInfo),
+    /// The lock after the command.
+    Lock(VdiLock),
 }
 
 /// The outcome of applying one command; an error leaves the state untouched.
@@ -202,10 +252,26 @@ impl MetaState {
                 object_size,
                 now: created,
             } => self.create_vdi(name, *size, *copies, *mode, *object_size, *created),
-            Command::DeleteVdi { name } => match self.vdis.remove(name) {
-                Some(_) => Ok(Reply::Done),
-                None => Err(no_vdi(name)),
-            },
+            Command::DeleteVdi { name } => {
+                let Some(vdi) = self.vdis.get(name) else {
+                    return Err(no_vdi(name));
+                };
+                let id = vdi.id;
+                if let Some(lock) = self.locks.get(&id) {
+                    if lock.expires_ms > now.saturating_mul(1000) {
+                        return Err((
+                            ErrorKind::Locked,
+                            format!(
+                                "VDI '{name}' is in use (written through node {}); detach it first",
+                                lock.owner
+                            ),
+                        ));
+                    }
+                }
+                self.vdis.remove(name);
+                self.locks.remove(&id);
+                Ok(Reply::Done)
+            }
             Command::ResizeVdi { name, size } => {
                 let Some(vdi) = self.vdis.get_mut(name) else {
                     return Err(no_vdi(name));
@@ -225,7 +291,81 @@ impl MetaState {
                 self.settings.default_copies = *copies;
                 Ok(Reply::Done)
             }
+            Command::AcquireLock {
+                vdi,
+                node,
+                now_ms,
+                lease_ms,
+            } => self.acquire_lock(vdi, *node, *now_ms, *lease_ms),
+            Command::ReleaseLock {
+                vdi,
+                node,
+                generation,
+            } => {
+                let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
+                if let Some(l) = self.locks.get(&id) {
+                    if l.owner == *node && l.generation == *generation {
+                        self.locks.remove(&id);
+                    }
+                }
+                Ok(Reply::Done)
+            }
+            Command::RequestHandover { vdi, to } => {
+                let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
+                if !self.map.nodes.contains_key(to) {
+                    return Err((ErrorKind::NotFound, format!("No node {to} in the cluster")));
+                }
+                match self.locks.get_mut(&id) {
+                    Some(l) if l.owner != *to => {
+                        l.handover_to = Some(*to);
+                        Ok(Reply::Lock(l.clone()))
+                    }
+                    Some(l) => Ok(Reply::Lock(l.clone())),
+                    None => Ok(Reply::Done),
+                }
+            }
         }
+    }
+
+    fn acquire_lock(&mut self, vdi: &str, node: NodeId, now_ms: u64, lease_ms: u64) -> ApplyResult {
+        let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
+        let expires_ms = now_ms.saturating_add(lease_ms);
+        if let Some(l) = self.locks.get_mut(&id) {
+            if l.owner == node {
+                if l.handover_to.is_some() {
+                    return Err((
+                        ErrorKind::Locked,
+                        format!("VDI '{vdi}' is being handed over; node {node} may not renew"),
+                    ));
+                }
+                l.expires_ms = l.expires_ms.max(expires_ms);
+                return Ok(Reply::Lock(l.clone()));
+            }
+            if l.expires_ms > now_ms {
+                let hint = match l.handover_to {
+                    Some(to) if to == node => "a hand-over to this node is under way".to_string(),
+                    _ => format!("ask for a hand-over: drove vdi handover {vdi} --to {node}"),
+                };
+                return Err((
+                    ErrorKind::Locked,
+                    format!(
+                        "VDI '{vdi}' is being written through node {} (lease for {} ms more); {hint}",
+                        l.owner,
+                        l.expires_ms - now_ms
+                    ),
+                ));
+            }
+        }
+        let generation = self.lock_generations.get(&id).copied().unwrap_or(0) + 1;
+        self.lock_generations.insert(id, generation);
+        let lock = VdiLock {
+            owner: node,
+            generation,
+            expires_ms,
+            handover_to: None,
+        };
+        self.locks.insert(id, lock.clone());
+        Ok(Reply::Lock(lock))
     }
 
     fn upsert_node(&mut self, node: &NodeInfo, now: u64) {
@@ -329,3 +469,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "state/lock_tests.rs"]
+mod lock_tests;

@@ -1,7 +1,7 @@
 //! The one place that turns a backend [`ErrorKind`] into the errno an NBD client sees in
 //! a reply. The NBD protocol allows only a few values (EPERM, EIO, ENOMEM, EINVAL, ENOSPC,
 //! EOVERFLOW, ENOTSUP, ESHUTDOWN), so several kinds collapse onto EIO.
-use crate::proto::{NBD_EINVAL, NBD_EIO, NBD_ENOSPC};
+use crate::proto::{NBD_EINVAL, NBD_EIO, NBD_ENOSPC, NBD_EPERM};
 use drove_types::ErrorKind;
 
 /// The NBD error value for an error of `kind`.
@@ -9,6 +9,8 @@ use drove_types::ErrorKind;
 /// - `NotFound`, `Invalid` → `NBD_EINVAL`: the request names something that is not there
 ///   (an offset past the end, a vanished object); retrying it unchanged cannot succeed.
 /// - `NoSpace` → `NBD_ENOSPC`: a replica's disk is full; guests report it as such.
+/// - `Locked` → `NBD_EPERM`: another node holds the VDI's write lock; this client may
+///   read but not write until the lock is handed over.
 /// - `StaleEpoch` → `NBD_EIO`: at the frontend it means this gateway was fenced (another
 ///   gateway took the VDI's lease) or the volume layer gave up refreshing its map. The
 ///   I/O did not happen; the guest must see a failed I/O, not a "bad argument".
@@ -18,6 +20,7 @@ pub fn errno_for(kind: ErrorKind) -> u32 {
     match kind {
         ErrorKind::NotFound | ErrorKind::Invalid => NBD_EINVAL,
         ErrorKind::NoSpace => NBD_ENOSPC,
+        ErrorKind::Locked => NBD_EPERM,
         ErrorKind::StaleEpoch
         | ErrorKind::Io
         | ErrorKind::Corrupt
@@ -36,6 +39,7 @@ mod tests {
         assert_eq!(errno_for(ErrorKind::NotFound), 22);
         assert_eq!(errno_for(ErrorKind::Invalid), 22);
         assert_eq!(errno_for(ErrorKind::NoSpace), 28);
+        assert_eq!(errno_for(ErrorKind::Locked), 1);
         assert_eq!(errno_for(ErrorKind::StaleEpoch), 5);
         assert_eq!(errno_for(ErrorKind::Io), 5);
         assert_eq!(errno_for(ErrorKind::Corrupt), 5);

@@ -185,6 +185,7 @@ async fn test_fio_randwrite_with_crc32c_verify() {
             "--iodepth=16",
             "--size=8M",
             "--verify=crc32c",
+            "--verify_state_save=0",
             "--do_verify=1",
         ],
     )

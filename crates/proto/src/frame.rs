@@ -161,6 +161,7 @@ mod tests {
                 offset: 4096,
                 fua: true,
                 epoch: Epoch(9),
+                generation: 4,
                 forward: vec![NodeId(2), NodeId(3)],
             },
             payload: Bytes::from(vec![0xab; 4096]),

@@ -29,6 +29,8 @@ pub enum PeerReq {
         fua: bool,
         /// Epoch of the sender's cluster map.
         epoch: Epoch,
+        /// The gateway's lock generation for the VDI; older ones are refused (fencing).
+        generation: u64,
         /// Nodes to forward to (primary-copy); empty for direct writes.
         forward: Vec<NodeId>,
     },
@@ -44,6 +46,8 @@ pub enum PeerReq {
         fua: bool,
         /// Epoch of the sender's cluster map.
         epoch: Epoch,
+        /// The gateway's lock generation for the VDI (fencing).
+        generation: u64,
         /// Nodes to forward to (primary-copy).
         forward: Vec<NodeId>,
     },

@@ -10,20 +10,20 @@
 //!   skipped and the next one tried.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_objstore::ObjectStore;
 use drove_proto::{PeerReq, PeerResp};
 use drove_types::{Error, NodeId, ObjectId, ReplicationMode, Result, VdiInfo};
 use futures::future::join_all;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::local::LocalStore;
 use crate::ranges::RangeLocks;
 use crate::{MapCell, PeerPool};
 
 /// Coordinates the replicas of the objects of the VDIs this node serves.
 pub struct Gateway {
     me: NodeId,
-    store: Arc<dyn ObjectStore>,
+    local: Arc<LocalStore>,
     pool: Arc<PeerPool>,
     map: Arc<MapCell>,
     locks: RangeLocks,
@@ -32,17 +32,17 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway on node `me` over its local `store`.
+    /// A gateway on node `me` over its `local` store.
     pub fn new(
         me: NodeId,
-        store: Arc<dyn ObjectStore>,
+        local: Arc<LocalStore>,
         pool: Arc<PeerPool>,
         map: Arc<MapCell>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         Arc::new(Gateway {
             me,
-            store,
+            local,
             pool,
             map,
             locks: RangeLocks::default(),
@@ -77,7 +77,7 @@ impl Gateway {
 
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         if node == self.me {
-            crate::local::apply_and_forward(&self.store, &self.pool, &req, payload).await
+            crate::local::apply_and_forward(&self.local, &self.pool, &req, payload).await
         } else {
             self.pool.call(node, req, payload).await
         }
@@ -108,7 +108,7 @@ impl Gateway {
         Err(last)
     }
 
-    /// Write `data` into `oid` at `offset` on every replica.
+    /// Write `data` into `oid` at `offset` on every replica, under lock `generation`.
     pub async fn write(
         &self,
         vdi: &VdiInfo,
@@ -116,6 +116,7 @@ impl Gateway {
         offset: u64,
         data: Bytes,
         fua: bool,
+        generation: u64,
     ) -> Result<()> {
         let epoch = self.map.get().epoch;
         let _order = self.locks.lock(oid, offset, data.len() as u64).await;
@@ -124,12 +125,14 @@ impl Gateway {
             offset,
             fua,
             epoch,
+            generation,
             forward,
         })
         .await
     }
 
-    /// Make `[offset, offset+len)` of `oid` read as zeros on every replica.
+    /// Make `[offset, offset+len)` of `oid` read as zeros on every replica, under
+    /// lock `generation`.
     pub async fn write_zeroes(
         &self,
         vdi: &VdiInfo,
@@ -137,6 +140,7 @@ impl Gateway {
         offset: u64,
         len: u64,
         fua: bool,
+        generation: u64,
     ) -> Result<()> {
         let epoch = self.map.get().epoch;
         let _order = self.locks.lock(oid, offset, len).await;
@@ -146,6 +150,7 @@ impl Gateway {
             len,
             fua,
             epoch,
+            generation,
             forward,
         })
         .await

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod fence;
 mod gateway;
 pub mod local;
 mod mapcell;
@@ -19,6 +20,8 @@ mod server;
 mod writer;
 
 pub use client::{PeerPool, PeerTimeouts};
+pub use fence::Fence;
 pub use gateway::Gateway;
+pub use local::LocalStore;
 pub use mapcell::MapCell;
 pub use server::PeerServer;

@@ -7,6 +7,7 @@ use drove_types::{Error, ErrorKind, Result};
 use futures::future::join_all;
 use std::sync::Arc;
 
+use crate::fence::Fence;
 use crate::PeerPool;
 
 /// Writes up to this size without FUA are done on the calling task.
@@ -23,70 +24,101 @@ pub async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::new(ErrorKind::Io, format!("Store task failed: {e}")))?
 }
 
-/// Apply `req` (with its `payload`) to the local store. Forwarding is not done here.
-pub async fn apply(
-    store: &Arc<dyn ObjectStore>,
-    req: &PeerReq,
-    payload: Bytes,
-) -> Result<(PeerResp, Bytes)> {
-    match req {
-        PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
-        &PeerReq::Read { oid, offset, len } => {
-            let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
-            Ok((PeerResp::Data, Bytes::from(data)))
-        }
-        &PeerReq::Write {
-            oid, offset, fua, ..
-        } => {
-            if !fua && payload.len() <= INLINE_MAX {
-                // A small write without FUA lands in the page cache and takes a few
-                // microseconds; handing it to the blocking pool and back costs more
-                // than that in thread wake-ups, so it runs here. Anything that can
-                // wait on the disk (FUA, fsync, large writes) still goes to the pool.
-                store.write(oid, offset, &payload)?;
-                return Ok((PeerResp::Ok, Bytes::new()));
+/// This node's object store with its fence: what every request that reaches this
+/// node, from a peer or from its own gateway, is applied to.
+pub struct LocalStore {
+    store: Arc<dyn ObjectStore>,
+    fence: Fence,
+}
+
+impl LocalStore {
+    /// Wrap `store`.
+    pub fn new(store: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(LocalStore {
+            store,
+            fence: Fence::default(),
+        })
+    }
+
+    /// The object store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The lock generations this node enforces.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// Apply `req` (with its `payload`) here. Forwarding is not done here.
+    pub async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
+        let store = &self.store;
+        match req {
+            PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
+            &PeerReq::Read { oid, offset, len } => {
+                let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
+                Ok((PeerResp::Data, Bytes::from(data)))
             }
-            blocking(store, move |s| {
-                s.write(oid, offset, &payload)?;
-                if fua {
-                    s.flush(&[oid])?;
+            &PeerReq::Write {
+                oid,
+                offset,
+                fua,
+                generation,
+                ..
+            } => {
+                self.fence.admit(oid.vdi, generation)?;
+                if !fua && payload.len() <= INLINE_MAX {
+                    // A small write without FUA lands in the page cache and takes a few
+                    // microseconds; handing it to the blocking pool and back costs more
+                    // than that in thread wake-ups, so it runs here. Anything that can
+                    // wait on the disk (FUA, fsync, large writes) still goes to the pool.
+                    store.write(oid, offset, &payload)?;
+                    return Ok((PeerResp::Ok, Bytes::new()));
                 }
-                Ok(())
-            })
-            .await?;
-            Ok((PeerResp::Ok, Bytes::new()))
-        }
-        &PeerReq::WriteZeroes {
-            oid,
-            offset,
-            len,
-            fua,
-            ..
-        } => {
-            blocking(store, move |s| {
-                s.write_zeroes(oid, offset, len)?;
-                if fua {
-                    s.flush(&[oid])?;
-                }
-                Ok(())
-            })
-            .await?;
-            Ok((PeerResp::Ok, Bytes::new()))
-        }
-        PeerReq::Flush { oids } => {
-            let oids = oids.clone();
-            blocking(store, move |s| s.flush(&oids)).await?;
-            Ok((PeerResp::Ok, Bytes::new()))
-        }
-        PeerReq::Exists { oids } => {
-            let oids = oids.clone();
-            let found = blocking(store, move |s| {
-                oids.iter()
-                    .map(|&o| s.exists(o))
-                    .collect::<Result<Vec<_>>>()
-            })
-            .await?;
-            Ok((PeerResp::Exists(found), Bytes::new()))
+                blocking(store, move |s| {
+                    s.write(oid, offset, &payload)?;
+                    if fua {
+                        s.flush(&[oid])?;
+                    }
+                    Ok(())
+                })
+                .await?;
+                Ok((PeerResp::Ok, Bytes::new()))
+            }
+            &PeerReq::WriteZeroes {
+                oid,
+                offset,
+                len,
+                fua,
+                generation,
+                ..
+            } => {
+                self.fence.admit(oid.vdi, generation)?;
+                blocking(store, move |s| {
+                    s.write_zeroes(oid, offset, len)?;
+                    if fua {
+                        s.flush(&[oid])?;
+                    }
+                    Ok(())
+                })
+                .await?;
+                Ok((PeerResp::Ok, Bytes::new()))
+            }
+            PeerReq::Flush { oids } => {
+                let oids = oids.clone();
+                blocking(store, move |s| s.flush(&oids)).await?;
+                Ok((PeerResp::Ok, Bytes::new()))
+            }
+            PeerReq::Exists { oids } => {
+                let oids = oids.clone();
+                let found = blocking(store, move |s| {
+                    oids.iter()
+                        .map(|&o| s.exists(o))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await?;
+                Ok((PeerResp::Exists(found), Bytes::new()))
+            }
         }
     }
 }
@@ -103,7 +135,7 @@ pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> 
 /// the same time; the answer is an error if this node or any of them failed. Used by
 /// the peer server and by a gateway that is itself the primary.
 pub async fn apply_and_forward(
-    store: &Arc<dyn ObjectStore>,
+    local: &LocalStore,
     pool: &PeerPool,
     req: &PeerReq,
     payload: Bytes,
@@ -113,13 +145,13 @@ pub async fn apply_and_forward(
         _ => Vec::new(),
     };
     if forward.is_empty() {
-        return apply(store, req, payload).await;
+        return local.apply(req, payload).await;
     }
     let onward = strip_forward(req);
     let remote = forward
         .iter()
         .map(|&n| pool.call(n, onward.clone(), payload.clone()));
-    let (local, remote) = tokio::join!(apply(store, req, payload.clone()), join_all(remote));
+    let (local, remote) = tokio::join!(local.apply(req, payload.clone()), join_all(remote));
     for r in remote {
         r?;
     }

@@ -5,7 +5,6 @@
 //! and nothing else.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_objstore::ObjectStore;
 use drove_proto::{Frame, PeerReq, PeerResp, WireError};
 use drove_types::Result;
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::local::LocalStore;
 use crate::PeerPool;
 
 /// Requests one connection may have in flight.
@@ -22,20 +22,16 @@ const MAX_IN_FLIGHT: usize = 256;
 
 /// Serves this node's object store to its peers.
 pub struct PeerServer {
-    store: Arc<dyn ObjectStore>,
+    local: Arc<LocalStore>,
     pool: Arc<PeerPool>,
     metrics: Arc<Metrics>,
 }
 
 impl PeerServer {
     /// A server over `store`; `pool` is used to forward primary-copy writes.
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        pool: Arc<PeerPool>,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Self> {
+    pub fn new(local: Arc<LocalStore>, pool: Arc<PeerPool>, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(PeerServer {
-            store,
+            local,
             pool,
             metrics,
         })
@@ -128,6 +124,6 @@ impl PeerServer {
     }
 
     async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
-        crate::local::apply_and_forward(&self.store, &self.pool, req, payload).await
+        crate::local::apply_and_forward(&self.local, &self.pool, req, payload).await
     }
 }

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
-use drove_replica::{Gateway, MapCell, PeerPool, PeerServer, PeerTimeouts};
+use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
 use drove_types::{
     ClusterMap, Epoch, NodeId, NodeInfo, NodeState, ObjectId, ReplicationMode, VdiId, VdiInfo,
 };
@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 struct TestNode {
     id: NodeId,
     store: Arc<dyn ObjectStore>,
+    local: Arc<LocalStore>,
     gateway: Arc<Gateway>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     _dir: tempfile::TempDir,
@@ -57,17 +58,19 @@ async fn cluster(n: u64) -> Vec<TestNode> {
             request: Duration::from_secs(3),
         };
         let pool = PeerPool::new(NodeId(i), cell.clone(), timeouts, metrics.clone());
+        let local = LocalStore::new(store.clone());
         let gateway = Gateway::new(
             NodeId(i),
-            store.clone(),
+            local.clone(),
             pool.clone(),
             cell,
             metrics.clone(),
         );
-        let server = tokio::spawn(PeerServer::new(store.clone(), pool, metrics).serve(l));
+        let server = tokio::spawn(PeerServer::new(local.clone(), pool, metrics).serve(l));
         out.push(TestNode {
             id: NodeId(i),
             store,
+            local,
             gateway,
             server,
             _dir: dir,
@@ -115,7 +118,7 @@ async fn test_direct_and_primary_copy_writes_reach_every_replica() {
             let data = pattern(k as u8 + 1, 10_000);
             nodes[0]
                 .gateway
-                .write(&v, oid, 4000, data.clone(), true)
+                .write(&v, oid, 4000, data.clone(), true, 1)
                 .await
                 .unwrap();
             for n in &nodes {
@@ -141,7 +144,7 @@ async fn test_read_skips_a_dead_replica_and_a_corrupt_one() {
     let data = pattern(9, 8192);
     nodes[1]
         .gateway
-        .write(&v, oid, 0, data.clone(), false)
+        .write(&v, oid, 0, data.clone(), false, 1)
         .await
         .unwrap();
     nodes[1].gateway.flush(&v, &[oid]).await.unwrap();
@@ -178,7 +181,7 @@ async fn test_read_skips_a_dead_replica_and_a_corrupt_one() {
     // A write cannot reach every replica: it fails instead of hanging.
     let err = nodes[0]
         .gateway
-        .write(&v, oid, 0, data.clone(), false)
+        .write(&v, oid, 0, data.clone(), false, 1)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), drove_types::ErrorKind::Unavailable, "{err}");
@@ -192,7 +195,7 @@ async fn test_exists_reports_written_objects_only() {
     let b = ObjectId::new(v.id, 1);
     nodes[0]
         .gateway
-        .write(&v, a, 0, pattern(1, 512), false)
+        .write(&v, a, 0, pattern(1, 512), false, 1)
         .await
         .unwrap();
     let flags = nodes[1].gateway.exists(&v, &[a, b]).await.unwrap();
@@ -229,7 +232,7 @@ async fn test_routes_file_redirects_peer_connections() {
         let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir2.path(), 4 << 20).unwrap());
         let cell = Arc::new(MapCell::default());
         let pool = PeerPool::new(NodeId(2), cell, PeerTimeouts::default(), Metrics::new());
-        tokio::spawn(PeerServer::new(store, pool, Metrics::new()).serve(l));
+        tokio::spawn(PeerServer::new(LocalStore::new(store), pool, Metrics::new()).serve(l));
         std::mem::forget(dir2);
         a
     };
@@ -292,4 +295,43 @@ async fn test_routes_file_redirects_peer_connections() {
         "the call went through the forwarder"
     );
     drop(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_old_gateway_is_fenced_after_a_newer_one_wrote() {
+    let nodes = cluster(3).await;
+    let v = vdi(ReplicationMode::Direct);
+    let oid = ObjectId::new(v.id, 0);
+    // Gateway on node 1 holds generation 1 and writes.
+    nodes[0]
+        .gateway
+        .write(&v, oid, 0, pattern(1, 4096), false, 1)
+        .await
+        .unwrap();
+    // The lock moves to node 2 (generation 2), which writes.
+    nodes[1]
+        .gateway
+        .write(&v, oid, 0, pattern(2, 4096), false, 2)
+        .await
+        .unwrap();
+    // Node 1, cut off and unaware, writes again with generation 1: every replica refuses.
+    let err = nodes[0]
+        .gateway
+        .write(&v, oid, 0, pattern(3, 4096), false, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), drove_types::ErrorKind::StaleEpoch, "{err}");
+    for n in &nodes {
+        assert_eq!(
+            n.store.read(oid, 0, 4096).unwrap(),
+            pattern(2, 4096).to_vec()
+        );
+    }
+    // A replica that learned generation 3 from the metadata refuses generation 2 too.
+    nodes[2].local.fence().raise(v.id, 3);
+    assert!(nodes[1]
+        .gateway
+        .write(&v, oid, 0, pattern(4, 4096), false, 2)
+        .await
+        .is_err());
 }

@@ -23,6 +23,8 @@ pub enum ErrorKind {
     Invalid,
     /// A disk is full.
     NoSpace,
+    /// The VDI is being written through another node (it holds the VDI's lock).
+    Locked,
 }
 
 impl ErrorKind {
@@ -37,6 +39,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::Invalid => "invalid",
             ErrorKind::NoSpace => "no_space",
+            ErrorKind::Locked => "locked",
         }
     }
 }

@@ -5,7 +5,9 @@
 //! so a FLUSH fsyncs exactly those, on every replica.
 #![deny(missing_docs)]
 
+pub mod lock;
 pub mod map;
 mod volume;
 
+pub use lock::{Lease, LockService};
 pub use volume::{Allocation, Volume};

@@ -6,8 +6,10 @@ use drove_replica::Gateway;
 use drove_types::{Error, ObjectId, Result, VdiInfo};
 use futures::future::try_join_all;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::lock::{LockService, WriteLock};
 use crate::map::extents;
 
 /// Allocation of a run of bytes, for NBD block status.
@@ -25,16 +27,89 @@ pub struct Volume {
     gateway: Arc<Gateway>,
     /// Objects written since the last successful flush.
     dirty: Mutex<BTreeSet<ObjectId>>,
+    locks: Arc<dyn LockService>,
+    lock: WriteLock,
+    /// Clients attached through this node.
+    attached: AtomicUsize,
 }
 
 impl Volume {
-    /// A volume for `info`, doing I/O through `gateway`.
-    pub fn new(info: VdiInfo, gateway: Arc<Gateway>) -> Arc<Self> {
+    /// A volume for `info`, doing I/O through `gateway` and taking the VDI's write
+    /// lock through `locks`.
+    pub fn new(info: VdiInfo, gateway: Arc<Gateway>, locks: Arc<dyn LockService>) -> Arc<Self> {
         Arc::new(Volume {
             info: RwLock::new(info),
             gateway,
             dirty: Mutex::new(BTreeSet::new()),
+            locks,
+            lock: WriteLock::default(),
+            attached: AtomicUsize::new(0),
         })
+    }
+
+    /// A client attached.
+    pub fn attach(&self) {
+        self.attached.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A client detached; the last one out flushes and gives the lock up.
+    pub fn detach(self: &Arc<Self>) {
+        if self.attached.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let me = self.clone();
+            tokio::spawn(async move { me.release_if_idle().await });
+        }
+    }
+
+    async fn release_if_idle(&self) {
+        if let Err(e) = self.flush().await {
+            tracing::warn!(vdi = %self.info().name, "flush at detach failed: {e}");
+        }
+        if self.attached.load(Ordering::SeqCst) != 0 {
+            return;
+        }
+        if let Some(g) = self.lock.detach_all().await {
+            let info = self.info();
+            if let Err(e) = self.locks.release(&info, g).await {
+                tracing::warn!(vdi = %info.name, "releasing the lock failed (it will expire): {e}");
+            }
+        }
+    }
+
+    /// Another node asked for the lock: stop writing, flush, release.
+    pub async fn hand_over(&self, to: &str) -> Result<()> {
+        let info = self.info();
+        if let Some(g) = self.lock.retire_for_handover(&info, to).await {
+            self.flush().await?;
+            self.locks.release(&info, g).await?;
+            tracing::info!(vdi = %info.name, %to, "lock handed over");
+        }
+        Ok(())
+    }
+
+    /// Take the write lock if needed and keep it renewed while clients are attached.
+    async fn write_generation(
+        self: &Arc<Self>,
+        info: &VdiInfo,
+    ) -> Result<(u64, tokio::sync::RwLockReadGuard<'_, ()>)> {
+        let held = self.lock.for_write(info, self.locks.as_ref()).await?;
+        if self.lock.start_renewing() {
+            let weak = Arc::downgrade(self);
+            let svc = self.locks.clone();
+            tokio::spawn(async move {
+                loop {
+                    let period = match weak.upgrade() {
+                        Some(v) => v.lock.period(),
+                        None => return,
+                    };
+                    tokio::time::sleep(period).await;
+                    let Some(v) = weak.upgrade() else { return };
+                    if !v.lock.renew(&v.info(), svc.as_ref()).await {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(held)
     }
 
     /// The VDI record as last seen.
@@ -86,15 +161,17 @@ impl Volume {
     }
 
     /// Write `data` at `offset` on every replica; with `fua`, durably.
-    pub async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+    pub async fn write(self: &Arc<Self>, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         let info = self.info();
         Self::check(&info, offset, data.len() as u64)?;
+        let (generation, _in_flight) = self.write_generation(&info).await?;
         let ex = extents(u64::from(info.object_size), offset, data.len() as u64);
         try_join_all(ex.iter().map(|e| {
             let oid = ObjectId::new(info.id, e.index);
             let start = e.buf_offset as usize;
             let part = data.slice(start..start + e.len as usize);
-            self.gateway.write(&info, oid, e.offset, part, fua)
+            self.gateway
+                .write(&info, oid, e.offset, part, fua, generation)
         }))
         .await?;
         self.mark_dirty(&info, &ex, fua);
@@ -102,13 +179,15 @@ impl Volume {
     }
 
     /// Make `[offset, offset+len)` read as zeros (also used for TRIM).
-    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+    pub async fn write_zeroes(self: &Arc<Self>, offset: u64, len: u64, fua: bool) -> Result<()> {
         let info = self.info();
         Self::check(&info, offset, len)?;
+        let (generation, _in_flight) = self.write_generation(&info).await?;
         let ex = extents(u64::from(info.object_size), offset, len);
         try_join_all(ex.iter().map(|e| {
             let oid = ObjectId::new(info.id, e.index);
-            self.gateway.write_zeroes(&info, oid, e.offset, e.len, fua)
+            self.gateway
+                .write_zeroes(&info, oid, e.offset, e.len, fua, generation)
         }))
         .await?;
         self.mark_dirty(&info, &ex, fua);

@@ -1,0 +1,71 @@
+//! The single-writer lock with real clients: a VDI written through one node refuses
+//! a writer on another node (reads still work), until a hand-over moves the lock;
+//! after that the old client's writes are refused.
+mod common;
+use common::*;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn try_qemu_io(uri: &str, cmd: &str) -> String {
+    text(&run(Command::new("qemu-io").args(["-f", "raw", "-c", cmd, uri])))
+}
+
+#[test]
+fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
+    if !have("qemu-io") {
+        return;
+    }
+    let c = Cluster::start(2, 2);
+    c.create_vdi("vm", "64M", &["--copies", "2"]);
+    let uri1 = c.nodes[0].uri("vm");
+    let uri2 = c.nodes[1].uri("vm");
+
+    // Client A: a qemu-io session on node 1 that stays attached, fed through stdin.
+    let mut a = Command::new("qemu-io")
+        .args(["-f", "raw", &uri1])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-io");
+    let mut a_in = a.stdin.take().unwrap();
+    writeln!(a_in, "write -P 0x11 0 64k").unwrap();
+    writeln!(a_in, "flush").unwrap();
+    a_in.flush().unwrap();
+    wait_until(Duration::from_secs(10), "client A's write to land", || {
+        !try_qemu_io(&uri2, "read -P 0x11 0 64k").contains("Pattern verification failed")
+    });
+    let o = c.drove(1, &["vdi", "info", "vm", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[0].id), "{v}");
+    let generation = v["lock"]["generation"].as_u64().unwrap();
+
+    // Client B on node 2: reads work, writes are refused with a clear errno.
+    let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
+    assert!(t.contains("Operation not permitted"), "second writer must be refused: {t}");
+    assert!(!try_qemu_io(&uri2, "read -P 0x11 0 64k").contains("failed"));
+
+    // Hand the lock to node 2: node 1 flushes and releases; B can now write.
+    let o = c.drove(1, &["vdi", "handover", "vm", "--to", &c.nodes[1].id.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
+    assert!(t.contains("wrote 65536/65536"), "after hand-over B writes: {t}");
+    let o = c.drove(0, &["vdi", "info", "vm", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[1].id), "{v}");
+    assert!(v["lock"]["generation"].as_u64().unwrap() > generation, "{v}");
+
+    // Client A, still attached to node 1, can no longer write; B's data stands.
+    writeln!(a_in, "write -P 0x33 0 64k").unwrap();
+    writeln!(a_in, "quit").unwrap();
+    drop(a_in);
+    let out = a.wait_with_output().unwrap();
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.contains("Operation not permitted"), "old writer must be refused: {t}");
+    qemu_io(&uri1, &["read -P 0x22 0 64k".into()]);
+}

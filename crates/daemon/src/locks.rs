@@ -1,0 +1,63 @@
+//! VDI write locks through the cluster metadata: the volume layer's [`LockService`]
+//! implemented with Raft commands. The lease is stamped with this node's clock.
+use async_trait::async_trait;
+use drove_meta::{Command, Meta, Reply};
+use drove_types::{Error, ErrorKind, Result, VdiInfo};
+use drove_volume::{Lease, LockService};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Locks held by this node.
+pub struct MetaLocks {
+    meta: Arc<Meta>,
+    lease: Duration,
+}
+
+impl MetaLocks {
+    pub fn new(meta: Arc<Meta>, lease: Duration) -> Arc<Self> {
+        Arc::new(MetaLocks { meta, lease })
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[async_trait]
+impl LockService for MetaLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        let reply = self
+            .meta
+            .execute(Command::AcquireLock {
+                vdi: vdi.name.clone(),
+                node: self.meta.node_id(),
+                now_ms: now_ms(),
+                lease_ms: self.lease.as_millis() as u64,
+            })
+            .await?;
+        match reply {
+            Reply::Lock(l) => Ok(Lease {
+                generation: l.generation,
+                duration: self.lease,
+            }),
+            other => Err(Error::new(
+                ErrorKind::Io,
+                format!("Unexpected reply to a lock request: {other:?}"),
+            )),
+        }
+    }
+
+    async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()> {
+        self.meta
+            .execute(Command::ReleaseLock {
+                vdi: vdi.name.clone(),
+                node: self.meta.node_id(),
+                generation,
+            })
+            .await
+            .map(|_| ())
+    }
+}

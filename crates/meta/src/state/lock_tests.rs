@@ -1,0 +1,151 @@
+//! Unit tests of the VDI write lock: lease, generation, hand-over, delete while in use.
+use super::*;
+use drove_types::DEFAULT_OBJECT_SIZE;
+
+fn state() -> MetaState {
+    let mut s = MetaState::default();
+    for id in 1..=3 {
+        let n = NodeInfo {
+            id: NodeId(id),
+            zone: format!("z{id}"),
+            weight: 1,
+            admin_addr: String::new(),
+            peer_addr: String::new(),
+            nbd_addr: String::new(),
+            nbd_socket: String::new(),
+            state: NodeState::Up,
+        };
+        s.apply(&Command::UpsertNode(n), 100).unwrap();
+    }
+    s.apply(
+        &Command::CreateVdi {
+            name: "vm".into(),
+            size: 1 << 30,
+            copies: Some(3),
+            mode: ReplicationMode::Direct,
+            object_size: DEFAULT_OBJECT_SIZE,
+            now: 100,
+        },
+        100,
+    )
+    .unwrap();
+    s
+}
+
+fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
+    s.apply(
+        &Command::AcquireLock {
+            vdi: "vm".into(),
+            node: NodeId(node),
+            now_ms,
+            lease_ms: 10_000,
+        },
+        now_ms / 1000,
+    )
+}
+
+fn lock_of(r: ApplyResult) -> VdiLock {
+    match r {
+        Ok(Reply::Lock(l)) => l,
+        other => panic!("expected a lock, got {other:?}"),
+    }
+}
+
+#[test]
+fn test_second_node_is_refused_while_the_lease_runs() {
+    let mut s = state();
+    let l = lock_of(acquire(&mut s, 1, 1_000_000));
+    assert_eq!((l.owner, l.generation), (NodeId(1), 1));
+    let (kind, msg) = acquire(&mut s, 2, 1_005_000).unwrap_err();
+    assert_eq!(kind, ErrorKind::Locked);
+    assert!(
+        msg.contains("node 1") && msg.contains("drove vdi handover vm --to 2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn test_renewal_keeps_the_generation_and_expiry_takes_a_new_one() {
+    let mut s = state();
+    lock_of(acquire(&mut s, 1, 1_000_000));
+    let renewed = lock_of(acquire(&mut s, 1, 1_008_000));
+    assert_eq!(renewed.generation, 1);
+    assert_eq!(renewed.expires_ms, 1_018_000);
+    // The lease ran out: another node takes the lock with a higher generation.
+    let taken = lock_of(acquire(&mut s, 2, 1_018_001));
+    assert_eq!((taken.owner, taken.generation), (NodeId(2), 2));
+}
+
+#[test]
+fn test_release_then_acquire_grows_the_generation() {
+    let mut s = state();
+    let l = lock_of(acquire(&mut s, 1, 1_000_000));
+    // A release with a wrong generation leaves the lock alone.
+    s.apply(
+        &Command::ReleaseLock {
+            vdi: "vm".into(),
+            node: NodeId(1),
+            generation: 7,
+        },
+        1000,
+    )
+    .unwrap();
+    assert!(acquire(&mut s, 2, 1_001_000).is_err());
+    s.apply(
+        &Command::ReleaseLock {
+            vdi: "vm".into(),
+            node: NodeId(1),
+            generation: l.generation,
+        },
+        1001,
+    )
+    .unwrap();
+    let l2 = lock_of(acquire(&mut s, 2, 1_001_000));
+    assert_eq!(l2.generation, 2, "generations are never reused");
+}
+
+#[test]
+fn test_handover_stops_renewal_and_names_the_taker() {
+    let mut s = state();
+    lock_of(acquire(&mut s, 1, 1_000_000));
+    let l = lock_of(s.apply(
+        &Command::RequestHandover {
+            vdi: "vm".into(),
+            to: NodeId(3),
+        },
+        1000,
+    ));
+    assert_eq!(l.handover_to, Some(NodeId(3)));
+    let (kind, _) = acquire(&mut s, 1, 1_001_000).unwrap_err();
+    assert_eq!(
+        kind,
+        ErrorKind::Locked,
+        "the holder may not renew once asked"
+    );
+    let (_, msg) = acquire(&mut s, 3, 1_001_000).unwrap_err();
+    assert!(msg.contains("hand-over to this node is under way"), "{msg}");
+    let err = s
+        .apply(
+            &Command::RequestHandover {
+                vdi: "vm".into(),
+                to: NodeId(9),
+            },
+            1000,
+        )
+        .unwrap_err();
+    assert_eq!(err.0, ErrorKind::NotFound);
+}
+
+#[test]
+fn test_delete_is_refused_while_locked_and_allowed_after_expiry() {
+    let mut s = state();
+    lock_of(acquire(&mut s, 1, 1_000_000));
+    let (kind, msg) = s
+        .apply(&Command::DeleteVdi { name: "vm".into() }, 1_005)
+        .unwrap_err();
+    assert_eq!(kind, ErrorKind::Locked);
+    assert!(msg.contains("in use"), "{msg}");
+    s.apply(&Command::DeleteVdi { name: "vm".into() }, 1_011)
+        .unwrap();
+    assert!(s.locks.is_empty());
+}

@@ -1,0 +1,214 @@
+//! The single-writer lock of a VDI, as the volume on the gateway holds it.
+//!
+//! The lock is a lease in the cluster metadata with a generation number. The volume
+//! takes it at the first write, renews it in the background while clients are
+//! attached, and gives it up when the last client detaches. Every write carries the
+//! generation so replicas can refuse an older holder (fencing). Writes stop once the
+//! lease may have run out: its end is counted from *before* the request that granted
+//! it, so this node never believes in a lease longer than the metadata does.
+//!
+//! Hand-over: when another node asks, the holder stops admitting writes, waits for
+//! the writes in flight, flushes, and releases; it then refuses writes until every
+//! client detaches (so it cannot take the lock back from under the new holder).
+use async_trait::async_trait;
+use drove_types::{Error, ErrorKind, Result, VdiInfo};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::{RwLock, RwLockReadGuard};
+
+/// A granted lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease {
+    /// Lock generation, carried by every write.
+    pub generation: u64,
+    /// How long the lease lasts from the moment it was asked for.
+    pub duration: Duration,
+}
+
+/// What the volume needs from the cluster metadata to hold a VDI's lock.
+#[async_trait]
+pub trait LockService: Send + Sync {
+    /// Take or renew the lock of `vdi` for this node; `ErrorKind::Locked` when another
+    /// node holds it.
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease>;
+    /// Give up the lock of `vdi` held with `generation`.
+    async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()>;
+}
+
+/// How long a write waits for another node to release the lock (it may be detaching
+/// right now) before it is refused.
+const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
+/// Writes are refused this long before the lease ends, for clock-rate slack.
+const SAFETY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default)]
+struct Held {
+    generation: u64,
+    valid_until: Option<Instant>,
+    duration: Duration,
+    /// Why writes are refused until every client detaches.
+    retired: Option<String>,
+    renewing: bool,
+}
+
+/// Lock state of one volume.
+#[derive(Default)]
+pub struct WriteLock {
+    held: Mutex<Held>,
+    /// Writes hold it shared while in flight; hand-over takes it exclusively.
+    in_flight: RwLock<()>,
+    acquiring: tokio::sync::Mutex<()>,
+}
+
+impl WriteLock {
+    fn snapshot(&self) -> Held {
+        match self.held.lock() {
+            Ok(h) => Held {
+                retired: h.retired.clone(),
+                ..*h
+            },
+            Err(_) => Held::default(),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Held)) {
+        if let Ok(mut h) = self.held.lock() {
+            f(&mut h);
+        }
+    }
+
+    fn usable(h: &Held) -> Result<Option<u64>> {
+        if let Some(why) = &h.retired {
+            return Err(Error::new(ErrorKind::Locked, why.clone()));
+        }
+        Ok(match h.valid_until {
+            Some(t) if Instant::now() + SAFETY < t => Some(h.generation),
+            _ => None,
+        })
+    }
+
+    /// The generation to write with, taking or renewing the lease if needed. The
+    /// returned guard must be held until the write has been answered.
+    pub async fn for_write(
+        &self,
+        vdi: &VdiInfo,
+        svc: &dyn LockService,
+    ) -> Result<(u64, RwLockReadGuard<'_, ()>)> {
+        let guard = self.in_flight.read().await;
+        if let Some(g) = Self::usable(&self.snapshot())? {
+            return Ok((g, guard));
+        }
+        let _one = self.acquiring.lock().await;
+        if let Some(g) = Self::usable(&self.snapshot())? {
+            return Ok((g, guard));
+        }
+        let deadline = Instant::now() + ACQUIRE_PATIENCE;
+        loop {
+            let asked = Instant::now();
+            match svc.acquire(vdi).await {
+                Ok(lease) => {
+                    self.update(|h| {
+                        h.generation = lease.generation;
+                        h.duration = lease.duration;
+                        h.valid_until = Some(asked + lease.duration);
+                    });
+                    return Ok((lease.generation, guard));
+                }
+                Err(e) if e.kind() == ErrorKind::Locked && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a background renewal should start (and mark it started).
+    pub fn start_renewing(&self) -> bool {
+        let mut start = false;
+        self.update(|h| {
+            if !h.renewing && h.valid_until.is_some() && h.retired.is_none() {
+                h.renewing = true;
+                start = true;
+            }
+        });
+        start
+    }
+
+    /// One renewal; false when renewing should stop (lock lost, released or retired).
+    pub async fn renew(&self, vdi: &VdiInfo, svc: &dyn LockService) -> bool {
+        let h = self.snapshot();
+        if h.valid_until.is_none() || h.retired.is_some() {
+            self.update(|h| h.renewing = false);
+            return false;
+        }
+        let asked = Instant::now();
+        match svc.acquire(vdi).await {
+            Ok(lease) if lease.generation == h.generation => {
+                self.update(|h| h.valid_until = Some(asked + lease.duration));
+                true
+            }
+            Ok(lease) => {
+                // Someone else held it in between: ours is gone.
+                self.retire(format!(
+                    "VDI '{}' lost its lock (generation {} replaced by {})",
+                    vdi.name, h.generation, lease.generation
+                ));
+                false
+            }
+            Err(e) if e.kind() == ErrorKind::Locked => {
+                self.retire(format!("VDI '{}' lost its lock: {e}", vdi.name));
+                false
+            }
+            // No metadata majority: keep trying; writes stop when the lease ends.
+            Err(_) => true,
+        }
+    }
+
+    /// The renewal period: a third of the lease.
+    pub fn period(&self) -> Duration {
+        (self.snapshot().duration / 3).max(Duration::from_millis(100))
+    }
+
+    fn retire(&self, why: String) {
+        self.update(|h| {
+            h.retired = Some(why);
+            h.valid_until = None;
+            h.renewing = false;
+        });
+    }
+
+    /// Stop writing for a hand-over: no new writes, wait for those in flight. Returns
+    /// the generation to release, if the lock was held.
+    pub async fn retire_for_handover(&self, vdi: &VdiInfo, to: &str) -> Option<u64> {
+        self.update(|h| {
+            h.retired = Some(format!(
+                "VDI '{}' was handed over to node {to}; this client can no longer write",
+                vdi.name
+            ))
+        });
+        let _drained = self.in_flight.write().await;
+        let mut gen = None;
+        self.update(|h| {
+            if h.valid_until.take().is_some() {
+                gen = Some(h.generation);
+            }
+            h.renewing = false;
+        });
+        gen
+    }
+
+    /// Every client detached: give the lock up and forget any retirement. Returns
+    /// the generation to release, if the lock was held.
+    pub async fn detach_all(&self) -> Option<u64> {
+        let _drained = self.in_flight.write().await;
+        let mut gen = None;
+        self.update(|h| {
+            if h.valid_until.take().is_some() {
+                gen = Some(h.generation);
+            }
+            h.retired = None;
+            h.renewing = false;
+        });
+        gen
+    }
+}
