@@ -4,7 +4,8 @@
 # QEMU and a kernel for VM tests. Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin nbdkit fio busybox-static
-      linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3)
+      linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3
+      cpio e2fsprogs)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,8 @@
 //! "not run: ..." and return, never pass silently.
 #![allow(dead_code)]
 
+pub mod vm;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
