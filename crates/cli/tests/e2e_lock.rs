@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn try_qemu_io(uri: &str, cmd: &str) -> String {
-    text(&run(Command::new("qemu-io").args(["-f", "raw", "-c", cmd, uri])))
+    text(&run(
+        Command::new("qemu-io").args(["-f", "raw", "-c", cmd, uri])
+    ))
 }
 
 #[test]
@@ -43,18 +45,30 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
 
     // Client B on node 2: reads work, writes are refused with a clear errno.
     let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
-    assert!(t.contains("Operation not permitted"), "second writer must be refused: {t}");
+    assert!(
+        t.contains("Operation not permitted"),
+        "second writer must be refused: {t}"
+    );
     assert!(!try_qemu_io(&uri2, "read -P 0x11 0 64k").contains("failed"));
 
     // Hand the lock to node 2: node 1 flushes and releases; B can now write.
-    let o = c.drove(1, &["vdi", "handover", "vm", "--to", &c.nodes[1].id.to_string()]);
+    let o = c.drove(
+        1,
+        &["vdi", "handover", "vm", "--to", &c.nodes[1].id.to_string()],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
-    assert!(t.contains("wrote 65536/65536"), "after hand-over B writes: {t}");
+    assert!(
+        t.contains("wrote 65536/65536"),
+        "after hand-over B writes: {t}"
+    );
     let o = c.drove(0, &["vdi", "info", "vm", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[1].id), "{v}");
-    assert!(v["lock"]["generation"].as_u64().unwrap() > generation, "{v}");
+    assert!(
+        v["lock"]["generation"].as_u64().unwrap() > generation,
+        "{v}"
+    );
 
     // Client A, still attached to node 1, can no longer write; B's data stands.
     writeln!(a_in, "write -P 0x33 0 64k").unwrap();
@@ -66,6 +80,9 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(t.contains("Operation not permitted"), "old writer must be refused: {t}");
+    assert!(
+        t.contains("Operation not permitted"),
+        "old writer must be refused: {t}"
+    );
     qemu_io(&uri1, &["read -P 0x22 0 64k".into()]);
 }
