@@ -68,11 +68,8 @@ impl Gateway {
     /// The replicas in the order reads try them: this node first.
     fn read_order(&self, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
         let map = self.map.get();
-        let mut nodes = drove_placement::locate(&map, oid, usize::from(vdi.copies));
-        if let Some(pos) = nodes.iter().position(|&n| n == self.me) {
-            nodes[..=pos].rotate_right(1);
-        }
-        nodes
+        let nodes = drove_placement::locate(&map, oid, usize::from(vdi.copies));
+        read_order(&map, self.me, nodes)
     }
 
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
@@ -244,5 +241,59 @@ impl Gateway {
                 })
             })
             .collect()
+    }
+}
+
+/// Order `replicas` for reading from node `me`: itself, then nodes of its zone, then
+/// the others, each group in placement order (a stable sort keeps it).
+fn read_order(map: &drove_types::ClusterMap, me: NodeId, mut replicas: Vec<NodeId>) -> Vec<NodeId> {
+    let my_zone = map.node(me).map(|n| n.zone.as_str());
+    replicas.sort_by_key(|&n| {
+        if n == me {
+            0
+        } else if map.node(n).map(|x| x.zone.as_str()) == my_zone {
+            1
+        } else {
+            2
+        }
+    });
+    replicas
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::{ClusterMap, NodeInfo, NodeState};
+
+    fn map(zones: &[&str]) -> ClusterMap {
+        let mut m = ClusterMap::default();
+        for (i, z) in zones.iter().enumerate() {
+            let id = NodeId(i as u64 + 1);
+            m.nodes.insert(
+                id,
+                NodeInfo {
+                    id,
+                    zone: z.to_string(),
+                    weight: 1,
+                    admin_addr: String::new(),
+                    peer_addr: String::new(),
+                    nbd_addr: String::new(),
+                    nbd_socket: String::new(),
+                    state: NodeState::Up,
+                },
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn test_reads_prefer_self_then_own_zone_then_placement_order() {
+        let m = map(&["a", "b", "a", "b"]);
+        let ids = |v: &[u64]| v.iter().map(|&i| NodeId(i)).collect::<Vec<_>>();
+        assert_eq!(read_order(&m, NodeId(1), ids(&[4, 3, 1])), ids(&[1, 3, 4]));
+        assert_eq!(read_order(&m, NodeId(1), ids(&[4, 2, 3])), ids(&[3, 4, 2]));
+        assert_eq!(read_order(&m, NodeId(2), ids(&[3, 1, 4])), ids(&[4, 3, 1]));
+        // A gateway outside the map (not yet joined) keeps placement order.
+        assert_eq!(read_order(&m, NodeId(9), ids(&[3, 1])), ids(&[3, 1]));
     }
 }
