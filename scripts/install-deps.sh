@@ -17,6 +17,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# toxiproxy, the WAN delay proxy of `drove bench paper`, built with Go into $(go env GOPATH)/bin/server.
+GO="$(command -v go || echo /usr/local/go/bin/go)"
+if [ -x "$GO" ]; then
+  TOXI_BIN="$("$GO" env GOPATH)/bin/server"
+  if ! { [ -x "$TOXI_BIN" ] && "$GO" version -m "$TOXI_BIN" 2>/dev/null | grep -q 'Shopify/toxiproxy/v2[[:space:]]*v2\.12\.0'; }; then
+    echo "==> go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0"
+    GOBIN= "$GO" install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
+  fi
+else
+  echo "error: Go is not installed (no go on PATH, no /usr/local/go/bin/go): cannot build toxiproxy, the WAN delay proxy of 'drove bench paper'. Install Go (https://go.dev/dl) and run this again; until then 'drove bench paper' and its test report \"not run\"." >&2
+fi
+# matplotlib, for the charts of `drove bench paper` (they are skipped without it). Debian's own
+# python3 refuses a plain pip install (PEP 668): then --break-system-packages, then the package.
+python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib 2>/dev/null \
+  || python3 -m pip install -q --break-system-packages matplotlib 2>/dev/null \
+  || { $SUDO apt-get install -y -qq python3-matplotlib >/dev/null 2>&1 && python3 -c 'import matplotlib'; } \
+  || echo "warning: cannot install matplotlib for python3: 'drove bench paper' will skip its charts" >&2
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     echo "==> cargo is in ~/.cargo/bin: add it to PATH (source ~/.cargo/env)"

@@ -1,5 +1,6 @@
 //! `drove`: one binary for the node daemon and every admin command. This file only
 //! parses arguments and dispatches; each subcommand group lives in its own module.
+mod bench_cmd;
 mod client;
 mod cluster_cmd;
 mod node_cmd;
@@ -38,6 +39,10 @@ enum Cmd {
     /// Create, list, inspect, resize and delete virtual disk images.
     #[command(subcommand)]
     Vdi(vdi_cmd::VdiCmd),
+    /// Benchmarks: `bench paper` runs the paper's experiment against drove and a
+    /// centralized baseline over an emulated WAN.
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCmd),
 }
 
 fn main() {
@@ -60,6 +65,7 @@ fn main() {
             Cmd::Down(a) => up::down(a, &ctx).await,
             Cmd::Cluster(c) => cluster_cmd::run(c, &ctx).await,
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
+            Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
         }
     });
     if let Err(e) = res {

@@ -238,41 +238,12 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         }
         None => plan(&a, &a.dir)?,
     };
-    let mut children = Vec::new();
-    if restart {
-        // Every node has its metadata; they must all run to elect a leader.
-        for n in &nodes {
-            children.push(spawn(n, None)?);
-        }
-        let count = nodes.len();
-        for (n, c) in nodes.iter_mut().zip(children.iter_mut()) {
-            let s = wait_ready(ctx, n, count, c).await?;
-            n.id = s.node_id.0;
-            n.pid = c.id();
-        }
-    } else {
-        let first_admin = nodes[0].admin.clone();
-        // One at a time: each joins through node 1 and waits to be in the map.
-        for (i, n) in nodes.iter_mut().enumerate() {
-            let join = (i > 0).then_some(first_admin.as_str());
-            let mut c = spawn(n, join)?;
-            let s = wait_ready(ctx, n, i + 1, &mut c).await?;
-            n.id = s.node_id.0;
-            n.pid = c.id();
-            eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
-            children.push(c);
-        }
-        let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
-        let c2 = Ctx::new(Some(first_admin), ctx.json);
-        let _: drove_daemon::api::Settings = c2
-            .post(
-                "/api/settings",
-                &drove_daemon::api::Settings {
-                    default_copies: Some(copies),
-                },
-            )
-            .await
-            .context("Cannot set the default copies")?;
+    // Nodes started so far; killed if start-up fails part-way, since no
+    // cluster.json exists yet for `drove down` to find them.
+    let mut children = Started(Vec::new());
+    if let Err(e) = start_nodes(&a, ctx, restart, &mut nodes, &mut children.0).await {
+        children.kill_all();
+        return Err(e);
     }
     let file = ClusterFile { nodes };
     let path = a.dir.join("cluster.json");
@@ -290,6 +261,67 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
     eprintln!("Running; press Ctrl-C to stop the cluster.");
     wait_for_stop().await;
     stop(&file).await;
+    Ok(())
+}
+
+/// Children started by `up`; `kill_all` stops them when start-up fails.
+struct Started(Vec<Child>);
+
+impl Started {
+    fn kill_all(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Start every node (all at once on a restart, else one by one joining node 1) and
+/// wait until each is a member; fills in ids and pids.
+async fn start_nodes(
+    a: &UpArgs,
+    ctx: &Ctx,
+    restart: bool,
+    nodes: &mut [NodeEntry],
+    children: &mut Vec<Child>,
+) -> Result<()> {
+    if restart {
+        // Every node has its metadata; they must all run to elect a leader.
+        for n in nodes.iter() {
+            children.push(spawn(n, None)?);
+        }
+        let count = nodes.len();
+        for (n, c) in nodes.iter_mut().zip(children.iter_mut()) {
+            let s = wait_ready(ctx, n, count, c).await?;
+            n.id = s.node_id.0;
+            n.pid = c.id();
+        }
+    } else {
+        let first_admin = nodes[0].admin.clone();
+        // One at a time: each joins through node 1 and waits to be in the map.
+        for (i, n) in nodes.iter_mut().enumerate() {
+            let join = (i > 0).then_some(first_admin.as_str());
+            children.push(spawn(n, join)?);
+            let Some(c) = children.last_mut() else {
+                bail!("no node process to wait for");
+            };
+            let s = wait_ready(ctx, n, i + 1, c).await?;
+            n.id = s.node_id.0;
+            n.pid = c.id();
+            eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
+        }
+        let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
+        let c2 = Ctx::new(Some(first_admin), ctx.json);
+        let _: drove_daemon::api::Settings = c2
+            .post(
+                "/api/settings",
+                &drove_daemon::api::Settings {
+                    default_copies: Some(copies),
+                },
+            )
+            .await
+            .context("Cannot set the default copies")?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,152 @@
+//! `drove bench paper`: the paper's experiment (ParallelismImpactRatio,
+//! LatencyImpactRatio, transfer efficiency) against drove and a centralized
+//! qemu-nbd baseline over an emulated WAN. The work is in the drove-paperbench
+//! crate; this file turns arguments into its configuration, runs it on a blocking
+//! thread, and turns Ctrl-C / SIGTERM into its cancel flag so that everything it
+//! started is stopped before the command exits.
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Subcommand};
+use drove_paperbench::config::{parse_duration_ms, parse_parallel, DEFAULT_IODEPTH};
+use drove_paperbench::{Cancel, PaperConfig};
+use std::path::PathBuf;
+
+use crate::client::{print_json, Ctx};
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// The paper's experiment: drove and a centralized qemu-nbd in zone 1, with and
+    /// without a WAN delay between zones; writes results.csv, results.md and charts.
+    Paper(PaperArgs),
+}
+
+#[derive(Args)]
+pub struct PaperArgs {
+    /// Zones ("datacenters") [default: 4; 2 with --quick].
+    #[arg(long)]
+    zones: Option<usize>,
+    /// drove nodes per zone [default: 2].
+    #[arg(long)]
+    nodes_per_zone: Option<usize>,
+    /// Clients at once, comma-separated; 1 is always added [default: 1,4,8,16; 1,2 with --quick].
+    #[arg(long)]
+    parallel: Option<String>,
+    /// One-way delay between zones, e.g. 10ms [default: 10ms].
+    #[arg(long)]
+    delay: Option<String>,
+    /// Size of each client's disk, e.g. 256M [default: 256M; 16M with --quick].
+    #[arg(long)]
+    size: Option<String>,
+    /// Time each fio run lasts, e.g. 20s [default: 20s; 2s with --quick].
+    #[arg(long)]
+    runtime: Option<String>,
+    /// Repeats of every point; the median is kept [default: 3; 1 with --quick].
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Output directory [default: bench/results/paper-DATE].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A small version for the test suite (2 zones x 2 nodes, X = 1,2, 16M, 2 s, 1
+    /// repeat); explicit options still win.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn config(a: PaperArgs) -> Result<PaperConfig> {
+    let q = a.quick;
+    let zones = a.zones.unwrap_or(if q { 2 } else { 4 });
+    let nodes_per_zone = a.nodes_per_zone.unwrap_or(2);
+    let parallel =
+        parse_parallel(
+            a.parallel
+                .as_deref()
+                .unwrap_or(if q { "1,2" } else { "1,4,8,16" }),
+        )?;
+    let delay_ms = parse_duration_ms(a.delay.as_deref().unwrap_or("10ms"), 1)?;
+    let size =
+        drove_types::parse_size(a.size.as_deref().unwrap_or(if q { "16M" } else { "256M" }))?;
+    let runtime_ms = parse_duration_ms(
+        a.runtime.as_deref().unwrap_or(if q { "2s" } else { "20s" }),
+        1000,
+    )?;
+    if runtime_ms % 1000 != 0 {
+        return Err(anyhow!("--runtime must be whole seconds"));
+    }
+    let out = a.out.unwrap_or_else(|| {
+        PathBuf::from("bench/results")
+            .join(format!("paper-{}", drove_paperbench::report::date_stamp()))
+    });
+    let nodes = zones * nodes_per_zone;
+    let cfg = PaperConfig {
+        zones,
+        nodes_per_zone,
+        parallel,
+        delay_ms,
+        size,
+        runtime_secs: runtime_ms / 1000,
+        repeat: a.repeat.unwrap_or(if q { 1 } else { 3 }),
+        copies: nodes.min(3) as u8,
+        iodepth: DEFAULT_IODEPTH,
+        out: std::path::absolute(&out).unwrap_or(out),
+        drove_bin: std::env::current_exe().context("Cannot find the drove binary")?,
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+pub async fn run(cmd: BenchCmd, ctx: &Ctx) -> Result<()> {
+    let BenchCmd::Paper(a) = cmd;
+    let cfg = config(a)?;
+    eprintln!(
+        "drove bench paper: {} zones x {} nodes, X = {:?}, delay {} ms, {} per disk, {} s x {} per point ({} points); output in {}",
+        cfg.zones,
+        cfg.nodes_per_zone,
+        cfg.parallel,
+        cfg.delay_ms,
+        drove_types::format_size(cfg.size),
+        cfg.runtime_secs,
+        cfg.repeat,
+        cfg.points(),
+        cfg.out.display()
+    );
+    let cancel = Cancel::new();
+    let c2 = cancel.clone();
+    let cfg2 = cfg.clone();
+    let mut task = tokio::task::spawn_blocking(move || drove_paperbench::run(&cfg2, &c2));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("Cannot watch SIGTERM")?;
+    let joined = tokio::select! {
+        r = &mut task => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: stopping everything the benchmark started...");
+            cancel.set();
+            task.await
+        }
+        _ = term.recv() => {
+            eprintln!("\nterminated: stopping everything the benchmark started...");
+            cancel.set();
+            task.await
+        }
+    };
+    let report = joined.map_err(|e| anyhow!("The benchmark thread failed: {e}"))??;
+    if ctx.json {
+        return print_json(&report);
+    }
+    println!("results: {}", cfg.out.join("results.md").display());
+    println!("         {}", cfg.out.join("results.csv").display());
+    for c in &report.charts {
+        println!("         {}", c.display());
+    }
+    if let Some(why) = &report.charts_note {
+        println!("charts skipped: {why}");
+    }
+    let bound = report.points.iter().filter(|p| p.cpu_bound).count();
+    if bound > 0 {
+        println!(
+            "{bound} of {} points were CPU-bound (machine > 90% busy): see results.md",
+            report.points.len()
+        );
+    }
+    println!("took {:.0} s", report.elapsed_secs);
+    Ok(())
+}
