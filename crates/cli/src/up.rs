@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::Status;
-use serde::{Deserialize, Serialize};
+use drove_types::local_cluster::{ClusterFile, NodeEntry};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -41,25 +41,6 @@ pub struct DownArgs {
     /// The directory given to `drove up`.
     #[arg(long, default_value = "drove-cluster")]
     dir: PathBuf,
-}
-
-/// One node in cluster.json.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeEntry {
-    pub id: u64,
-    pub zone: String,
-    pub admin: String,
-    pub peer: String,
-    pub nbd_tcp: String,
-    pub nbd_unix: String,
-    pub data: String,
-    pub pid: u32,
-}
-
-/// DIR/cluster.json.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterFile {
-    pub nodes: Vec<NodeEntry>,
 }
 
 fn free_port() -> Result<u16> {

@@ -51,24 +51,33 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     );
     assert!(!try_qemu_io(&uri2, "read -P 0x11 0 64k").contains("failed"));
 
-    // Hand the lock to node 2: node 1 flushes and releases; B can now write.
+    // Hand the lock to node 2: node 1 flushes and releases. A client on node 2 that
+    // stays attached (so node 2 keeps the lock) can now write.
     let o = c.drove(
         1,
         &["vdi", "handover", "vm", "--to", &c.nodes[1].id.to_string()],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
-    assert!(
-        t.contains("wrote 65536/65536"),
-        "after hand-over B writes: {t}"
-    );
-    let o = c.drove(0, &["vdi", "info", "vm", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[1].id), "{v}");
-    assert!(
-        v["lock"]["generation"].as_u64().unwrap() > generation,
-        "{v}"
-    );
+    let mut b = Command::new("qemu-io")
+        .args(["-f", "raw", &uri2])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-io");
+    let mut b_in = b.stdin.take().unwrap();
+    writeln!(b_in, "write -P 0x22 0 64k").unwrap();
+    writeln!(b_in, "flush").unwrap();
+    b_in.flush().unwrap();
+    wait_until(Duration::from_secs(10), "node 2 to hold the lock", || {
+        let o = c.drove(0, &["vdi", "info", "vm", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["lock"]["owner"].as_u64() == Some(c.nodes[1].id)
+            && v["lock"]["generation"].as_u64().unwrap_or(0) > generation
+    });
+    wait_until(Duration::from_secs(10), "client B's write to land", || {
+        !try_qemu_io(&uri1, "read -P 0x22 0 64k").contains("Pattern verification failed")
+    });
 
     // Client A, still attached to node 1, can no longer write; B's data stands.
     writeln!(a_in, "write -P 0x33 0 64k").unwrap();
@@ -85,4 +94,9 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
         "old writer must be refused: {t}"
     );
     qemu_io(&uri1, &["read -P 0x22 0 64k".into()]);
+    writeln!(b_in, "quit").unwrap();
+    drop(b_in);
+    let out = b.wait_with_output().unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("wrote 65536/65536"), "client B wrote: {t}");
 }

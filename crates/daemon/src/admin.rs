@@ -105,14 +105,18 @@ fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
 }
 
 async fn vdi_info(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::VdiDetail> {
-    let info = a
-        .meta
+    let info = find_vdi(&a, &name)?;
+    Ok(Json(detail(&a, info)))
+}
+
+/// The VDI record named `name`, as this node's metadata has it.
+fn find_vdi(a: &Admin, name: &str) -> Result<VdiInfo, Error> {
+    a.meta
         .state()
         .vdis
-        .get(&name)
+        .get(name)
         .cloned()
-        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?;
-    Ok(Json(detail(&a, info)))
+        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))
 }
 
 fn expect_vdi(reply: Reply) -> Result<VdiInfo, ApiErr> {
@@ -179,13 +183,7 @@ async fn handover(
             to: req.to,
         })
         .await?;
-    let info = a
-        .meta
-        .state()
-        .vdis
-        .get(&name)
-        .cloned()
-        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?;
+    let info = find_vdi(&a, &name)?;
     Ok(Json(detail(&a, info)))
 }
 

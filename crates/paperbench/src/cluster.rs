@@ -4,7 +4,6 @@
 //! dials to other zones through the WAN proxies; nodes read it at every peer dial
 //! and dial lazily on first I/O, so it is written before any disk is used.
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,31 +14,8 @@ use crate::metrics::{node_counters, NodeCounters};
 use crate::procs::run_checked;
 use crate::wan;
 
-/// One node as cluster.json describes it.
-#[derive(Clone, Debug, Deserialize)]
-pub struct NodeEntry {
-    /// Node id.
-    pub id: u64,
-    /// Zone name (`z1`...).
-    pub zone: String,
-    /// Admin (HTTP) address.
-    pub admin: String,
-    /// Peer (node-to-node) address.
-    pub peer: String,
-    /// NBD over TCP, `nbd://host:port`.
-    pub nbd_tcp: String,
-    /// NBD unix socket path.
-    pub nbd_unix: String,
-    /// Data directory.
-    pub data: String,
-    /// Process id.
-    pub pid: u32,
-}
-
-#[derive(Deserialize)]
-struct ClusterFile {
-    nodes: Vec<NodeEntry>,
-}
+use drove_types::local_cluster::ClusterFile;
+pub use drove_types::local_cluster::NodeEntry;
 
 /// A running local cluster, stopped when dropped.
 #[derive(Debug)]

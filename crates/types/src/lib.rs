@@ -6,6 +6,7 @@
 
 mod error;
 mod ids;
+pub mod local_cluster;
 mod map;
 mod size;
 mod vdi;
