@@ -44,14 +44,24 @@ fn test_four_nodes_have_three_voters_and_a_learner_and_delete_frees_objects() {
         .map(|i| format!("write -P 7 {} 4k", i * (4 << 20)))
         .collect();
     qemu_io(&c.nodes[3].uri("gone"), &writes);
-    let total: usize = c.nodes.iter().map(|n| object_files(&n.data)).sum();
+    let total: usize = c
+        .nodes
+        .iter()
+        .map(|n| object_files(Path::new(&n.data)))
+        .sum();
     assert_eq!(total, 32, "16 objects x 2 copies");
     let o = c.drove(2, &["vdi", "delete", "gone"]);
     assert!(o.status.success(), "{}", text(&o));
     wait_until(
         std::time::Duration::from_secs(10),
         "objects deleted everywhere",
-        || c.nodes.iter().map(|n| object_files(&n.data)).sum::<usize>() == 0,
+        || {
+            c.nodes
+                .iter()
+                .map(|n| object_files(Path::new(&n.data)))
+                .sum::<usize>()
+                == 0
+        },
     );
 }
 

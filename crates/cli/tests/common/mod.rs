@@ -7,8 +7,7 @@
 
 pub mod vm;
 
-use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,14 +15,19 @@ pub fn drove_bin() -> &'static str {
     env!("CARGO_BIN_EXE_drove")
 }
 
-/// Whether `tool` is on PATH; prints a "not run" line when it is not.
-pub fn have(tool: &str) -> bool {
-    let ok = Command::new("sh")
+/// Whether `tool` is on PATH.
+pub fn on_path(tool: &str) -> bool {
+    Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
         .status()
         .map(|s| s.success())
-        .unwrap_or(false);
+        .unwrap_or(false)
+}
+
+/// Whether `tool` is on PATH; prints a "not run" line when it is not.
+pub fn have(tool: &str) -> bool {
+    let ok = on_path(tool);
     if !ok {
         eprintln!("not run: {tool} is not installed (make deps installs it)");
     }
@@ -56,23 +60,21 @@ pub fn text(o: &Output) -> String {
 }
 
 /// One node as cluster.json describes it.
-#[derive(Clone, Debug)]
-pub struct Node {
-    pub id: u64,
-    pub zone: String,
-    pub admin: String,
-    pub peer: String,
-    pub nbd_tcp: String,
-    pub nbd_unix: String,
-    pub data: PathBuf,
-    pub pid: u32,
+pub use drove_types::local_cluster::NodeEntry as Node;
+
+/// NBD URIs of a node.
+pub trait NodeUris {
+    /// Through the node's unix socket.
+    fn uri(&self, export: &str) -> String;
+    /// Through the node's TCP listener.
+    fn tcp_uri(&self, export: &str) -> String;
 }
 
-impl Node {
-    pub fn uri(&self, export: &str) -> String {
+impl NodeUris for Node {
+    fn uri(&self, export: &str) -> String {
         format!("nbd+unix:///{export}?socket={}", self.nbd_unix)
     }
-    pub fn tcp_uri(&self, export: &str) -> String {
+    fn tcp_uri(&self, export: &str) -> String {
         format!("{}/{export}", self.nbd_tcp)
     }
 }
@@ -111,24 +113,9 @@ impl Cluster {
     }
 
     pub fn reload(&mut self) {
-        let f: Value =
-            serde_json::from_slice(&std::fs::read(self.dir.path().join("cluster.json")).unwrap())
-                .unwrap();
-        self.nodes = f["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| Node {
-                id: n["id"].as_u64().unwrap(),
-                zone: n["zone"].as_str().unwrap().into(),
-                admin: n["admin"].as_str().unwrap().into(),
-                peer: n["peer"].as_str().unwrap().into(),
-                nbd_tcp: n["nbd_tcp"].as_str().unwrap().into(),
-                nbd_unix: n["nbd_unix"].as_str().unwrap().into(),
-                data: PathBuf::from(n["data"].as_str().unwrap()),
-                pid: n["pid"].as_u64().unwrap() as u32,
-            })
-            .collect();
+        let bytes = std::fs::read(self.dir.path().join("cluster.json")).unwrap();
+        let f: drove_types::local_cluster::ClusterFile = serde_json::from_slice(&bytes).unwrap();
+        self.nodes = f.nodes;
     }
 
     /// Run `drove ARGS --cluster <node i>`.
@@ -165,10 +152,10 @@ impl Cluster {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(n.data.join("node.log"))
+            .open(Path::new(&n.data).join("node.log"))
             .unwrap();
         let child = Command::new(drove_bin())
-            .args(["node", "run", "--data", n.data.to_str().unwrap()])
+            .args(["node", "run", "--data", &n.data])
             .args([
                 "--zone",
                 &n.zone,

@@ -17,13 +17,7 @@ impl VmKit {
     /// their dependencies, in load order). `Err(reason)` when anything is missing.
     pub fn find() -> Result<VmKit, String> {
         for tool in ["qemu-system-x86_64", "cpio", "busybox"] {
-            let ok = Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .stdout(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
+            if !super::on_path(tool) {
                 return Err(format!("{tool} is not installed"));
             }
         }
