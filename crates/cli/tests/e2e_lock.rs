@@ -13,6 +13,19 @@ fn try_qemu_io(uri: &str, cmd: &str) -> String {
     ))
 }
 
+/// A qemu-io session that stays attached to `uri`, fed commands through stdin.
+fn session(uri: &str) -> (std::process::Child, std::process::ChildStdin) {
+    let mut child = Command::new("qemu-io")
+        .args(["-f", "raw", uri])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-io");
+    let stdin = child.stdin.take().unwrap();
+    (child, stdin)
+}
+
 #[test]
 fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     if !have("qemu-io") {
@@ -24,14 +37,7 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     let uri2 = c.nodes[1].uri("vm");
 
     // Client A: a qemu-io session on node 1 that stays attached, fed through stdin.
-    let mut a = Command::new("qemu-io")
-        .args(["-f", "raw", &uri1])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("qemu-io");
-    let mut a_in = a.stdin.take().unwrap();
+    let (a, mut a_in) = session(&uri1);
     writeln!(a_in, "write -P 0x11 0 64k").unwrap();
     writeln!(a_in, "flush").unwrap();
     a_in.flush().unwrap();
@@ -58,14 +64,7 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
         &["vdi", "handover", "vm", "--to", &c.nodes[1].id.to_string()],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let mut b = Command::new("qemu-io")
-        .args(["-f", "raw", &uri2])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("qemu-io");
-    let mut b_in = b.stdin.take().unwrap();
+    let (b, mut b_in) = session(&uri2);
     writeln!(b_in, "write -P 0x22 0 64k").unwrap();
     writeln!(b_in, "flush").unwrap();
     b_in.flush().unwrap();
