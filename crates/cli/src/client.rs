@@ -48,6 +48,35 @@ impl Ctx {
         self.decode(&self.cluster, resp).await
     }
 
+    /// POST with a longer timeout than the default (checks, scrubs).
+    pub async fn post_long<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<T> {
+        let addr = self.cluster.clone();
+        self.post_at_long(&addr, path, body, timeout).await
+    }
+
+    /// POST to a given node with a longer timeout than the default.
+    pub async fn post_at_long<B: Serialize, T: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<T> {
+        let resp = self
+            .http
+            .post(self.url(addr, path))
+            .timeout(timeout)
+            .json(body)
+            .send()
+            .await;
+        self.decode(addr, resp).await
+    }
+
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let resp = self.http.delete(self.url(&self.cluster, path)).send().await;
         self.decode(&self.cluster, resp).await

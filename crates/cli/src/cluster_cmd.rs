@@ -8,14 +8,23 @@ use crate::table;
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
-    /// Nodes, metadata leader, epoch and its history.
+    /// Nodes, metadata leader, epoch and its history, and recovery progress.
     Status,
     /// Show or change cluster settings.
     Config {
         /// Copies of VDIs created without --copies (1..=5).
         #[arg(long)]
         copies: Option<u8>,
+        /// Mark a node down after this many seconds without a heartbeat (e.g. 5, 0.5).
+        #[arg(long)]
+        down_after: Option<f64>,
+        /// Recovery copy rate limit per node in MiB/s (0: no limit).
+        #[arg(long)]
+        recovery_rate: Option<u32>,
     },
+    /// Verify every block checksum of every object on every up node and repair bad
+    /// copies from good replicas.
+    Scrub,
 }
 
 pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
@@ -23,7 +32,10 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
         ClusterCmd::Status => {
             let s: Status = ctx.get("/api/status").await?;
             if ctx.json {
-                return print_json(&s);
+                let rec = crate::heal_cmd::recovery(ctx, &s).await;
+                let mut v = serde_json::to_value(&s)?;
+                v["recovery"] = serde_json::to_value(&rec)?;
+                return print_json(&v);
             }
             let leader = s
                 .leader
@@ -42,6 +54,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             println!();
             crate::node_cmd::print_nodes(&s);
             println!();
+            let rec = crate::heal_cmd::recovery(ctx, &s).await;
+            crate::heal_cmd::print_recovery(&rec);
+            println!();
             let rows: Vec<Vec<String>> = s
                 .epoch_history
                 .iter()
@@ -50,12 +65,25 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             table::print(&["EPOCH", "AT (unix)", "CHANGE"], &rows);
             Ok(())
         }
-        ClusterCmd::Config { copies } => {
+        ClusterCmd::Config {
+            copies,
+            down_after,
+            recovery_rate,
+        } => {
+            let down_after_ms = match down_after {
+                Some(secs) if !(0.5..=3600.0).contains(&secs) => {
+                    anyhow::bail!("Bad --down-after {secs}: use 0.5 to 3600 seconds")
+                }
+                Some(secs) => Some((secs * 1000.0) as u64),
+                None => None,
+            };
             let s: Settings = ctx
                 .post(
                     "/api/settings",
                     &Settings {
                         default_copies: copies,
+                        down_after_ms,
+                        recovery_mib_s: recovery_rate,
                     },
                 )
                 .await?;
@@ -63,7 +91,17 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 return print_json(&s);
             }
             println!("default copies: {}", s.default_copies.unwrap_or(0));
+            println!(
+                "down after:     {:.1} s",
+                s.down_after_ms.unwrap_or(0) as f64 / 1000.0
+            );
+            match s.recovery_mib_s {
+                Some(0) => println!("recovery rate:  no limit"),
+                Some(r) => println!("recovery rate:  {r} MiB/s per node"),
+                None => {}
+            }
             Ok(())
         }
+        ClusterCmd::Scrub => crate::heal_cmd::scrub(ctx).await,
     }
 }

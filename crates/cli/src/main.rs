@@ -3,8 +3,10 @@
 mod bench_cmd;
 mod client;
 mod cluster_cmd;
+mod heal_cmd;
 mod node_cmd;
 mod table;
+mod transfer;
 mod up;
 mod vdi_cmd;
 

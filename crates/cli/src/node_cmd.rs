@@ -15,6 +15,15 @@ pub enum NodeCmd {
     Run(RunArgs),
     /// List the nodes of the cluster map.
     List,
+    /// Drain a node: its objects are copied to the others first, then it holds
+    /// nothing and can be stopped. Waits, with progress, until that is done.
+    Leave {
+        /// Node id.
+        id: u64,
+        /// Return once the drain has started instead of waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+    },
 }
 
 #[derive(Args)]
@@ -73,6 +82,7 @@ pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
             print_nodes(&s);
             Ok(())
         }
+        NodeCmd::Leave { id, no_wait } => crate::heal_cmd::leave(ctx, id, no_wait).await,
     }
 }
 

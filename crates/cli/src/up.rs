@@ -298,6 +298,8 @@ async fn start_nodes(
                 "/api/settings",
                 &drove_daemon::api::Settings {
                     default_copies: Some(copies),
+                    down_after_ms: None,
+                    recovery_mib_s: None,
                 },
             )
             .await

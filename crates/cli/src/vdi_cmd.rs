@@ -22,6 +22,10 @@ pub enum VdiCmd {
         /// `primary-copy` (gateway to the first, which forwards).
         #[arg(long, default_value = "direct")]
         mode: String,
+        /// Replicas that must have a write while others are down (default: copies - 1,
+        /// at least 1); below it writes fail instead of losing redundancy further.
+        #[arg(long)]
+        min_copies: Option<u8>,
     },
     /// List every VDI.
     List,
@@ -51,6 +55,15 @@ pub enum VdiCmd {
         /// New size, e.g. 20G.
         size: String,
     },
+    /// Compare the replicas of every object of a VDI (digests); --repair makes
+    /// differing ones identical (the VDI must not be attached for writing).
+    Check(crate::heal_cmd::CheckArgs),
+    /// Change how many replicas must have a VDI's writes while some are down.
+    SetMinCopies(crate::heal_cmd::MinCopiesArgs),
+    /// Copy a disk image file (raw, qcow2, ...) into a new VDI.
+    Import(crate::transfer::ImportArgs),
+    /// Copy a VDI into a disk image file (raw or qcow2).
+    Export(crate::transfer::ExportArgs),
 }
 
 pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
@@ -60,6 +73,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             size,
             copies,
             mode,
+            min_copies,
         } => {
             let size = parse_size(&size)?;
             if let Some(c) = copies {
@@ -76,6 +90,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         size,
                         copies,
                         mode,
+                        min_copies,
                     },
                 )
                 .await?;
@@ -134,12 +149,16 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                 .await?;
             show(ctx, &d)
         }
+        VdiCmd::Check(a) => crate::heal_cmd::check(a, ctx).await,
+        VdiCmd::SetMinCopies(a) => crate::heal_cmd::set_min_copies(a, ctx).await,
+        VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
+        VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,
     }
 }
 
 /// VDI names are `[A-Za-z0-9._-]`, so they are path-safe; anything else is sent
 /// percent-encoded and the node rejects it with a clear message.
-fn encode(name: &str) -> String {
+pub fn encode(name: &str) -> String {
     name.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
@@ -159,7 +178,11 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
     println!("name:        {}", i.name);
     println!("id:          {}", i.id);
     println!("size:        {} ({} bytes)", format_size(i.size), i.size);
-    println!("copies:      {}", i.copies);
+    println!(
+        "copies:      {} (writes need {} while some are down)",
+        i.copies,
+        i.min_copies()
+    );
     println!("mode:        {}", i.mode);
     println!("object size: {}", format_size(u64::from(i.object_size)));
     println!("objects:     {}", d.objects);

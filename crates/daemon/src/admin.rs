@@ -20,6 +20,7 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub nbd_tcp: String,
     pub nbd_socket: String,
+    pub recoverer: Arc<drove_replica::Recoverer>,
 }
 
 /// An [`Error`] as an HTTP response.
@@ -59,6 +60,11 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))
         .route("/api/vdis/{name}/handover", post(handover))
+        .route("/api/vdis/{name}/min-copies", post(min_copies))
+        .route("/api/vdis/{name}/check", post(check_vdi))
+        .route("/api/recovery", get(recovery))
+        .route("/api/nodes/{id}/leave", post(leave_node))
+        .route("/api/scrub", post(scrub))
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
         .with_state(admin)
@@ -148,7 +154,114 @@ async fn create_vdi(
             now,
         })
         .await?;
+    let mut info = expect_vdi(reply)?;
+    if req.min_copies.is_some() {
+        let set = Command::SetMinCopies {
+            name: info.name.clone(),
+            min_copies: req.min_copies,
+        };
+        match a.meta.execute(set).await {
+            Ok(reply) => info = expect_vdi(reply)?,
+            Err(e) => {
+                // Leave nothing half made.
+                let _ = a
+                    .meta
+                    .execute(Command::DeleteVdi {
+                        name: info.name.clone(),
+                    })
+                    .await;
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(Json(detail(&a, info)))
+}
+
+async fn min_copies(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::MinCopies>,
+) -> ApiResult<api::VdiDetail> {
+    let reply = a
+        .meta
+        .execute(Command::SetMinCopies {
+            name,
+            min_copies: req.min_copies,
+        })
+        .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+async fn check_vdi(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Check>,
+) -> ApiResult<drove_replica::CheckReport> {
+    let info = find_vdi(&a, &name)?;
+    if req.repair {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        if let Some(l) = a.meta.state().locks.get(&info.id) {
+            if l.expires_ms > now_ms {
+                return Err(Error::new(
+                    ErrorKind::Locked,
+                    format!(
+                        "VDI '{name}' is being written through node {}: a repair would race its writes; detach it first",
+                        l.owner
+                    ),
+                )
+                .into());
+            }
+        }
+    }
+    Ok(Json(a.recoverer.check(&info, req.repair).await?))
+}
+
+async fn recovery(State(a): State<Admin>) -> ApiResult<api::Recovery> {
+    let store = a.recoverer.store().clone();
+    let local_objects = drove_replica::local::blocking(&store, |s| s.list())
+        .await?
+        .len() as u64;
+    Ok(Json(api::Recovery {
+        node_id: a.meta.node_id(),
+        progress: a.recoverer.progress(),
+        local_objects,
+    }))
+}
+
+/// Drain a node: weight 0 takes it out of placement (one epoch), so the others copy
+/// its objects from it, and it drops its copies once their new holders confirm.
+async fn leave_node(
+    State(a): State<Admin>,
+    Path(id): Path<u64>,
+) -> ApiResult<drove_types::NodeInfo> {
+    let state = a.meta.state();
+    let mut node = state
+        .map
+        .node(drove_types::NodeId(id))
+        .cloned()
+        .ok_or_else(|| Error::not_found(format!("No node {id} in the cluster")))?;
+    let others = state
+        .map
+        .up_nodes()
+        .filter(|n| n.id != node.id && n.weight > 0)
+        .count();
+    let need = state.vdis.values().map(|v| v.copies).max().unwrap_or(1);
+    if others < usize::from(need) {
+        return Err(Error::invalid(format!(
+            "Node {id} cannot leave: VDIs need {need} copies and only {others} other nodes would hold data"
+        ))
+        .into());
+    }
+    node.weight = 0;
+    a.meta.execute(Command::UpsertNode(node.clone())).await?;
+    Ok(Json(node))
+}
+
+async fn scrub(State(a): State<Admin>) -> ApiResult<drove_replica::ScrubReport> {
+    Ok(Json(a.recoverer.scrub().await?))
 }
 
 async fn delete_vdi(
@@ -209,7 +322,18 @@ async fn settings(
     if let Some(c) = req.default_copies {
         a.meta.execute(Command::SetDefaultCopies(c)).await?;
     }
+    if req.down_after_ms.is_some() || req.recovery_mib_s.is_some() {
+        a.meta
+            .execute(Command::SetHealthSettings {
+                down_after_ms: req.down_after_ms,
+                recovery_mib_s: req.recovery_mib_s,
+            })
+            .await?;
+    }
+    let s = a.meta.state().settings.clone();
     Ok(Json(api::Settings {
-        default_copies: Some(a.meta.state().settings.default_copies),
+        default_copies: Some(s.default_copies),
+        down_after_ms: Some(s.down_after_ms),
+        recovery_mib_s: Some(s.recovery_mib_s),
     }))
 }

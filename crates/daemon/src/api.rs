@@ -15,6 +15,35 @@ pub struct CreateVdi {
     /// Write fan-out.
     #[serde(default)]
     pub mode: ReplicationMode,
+    /// Replicas a write needs while some are down; the default when absent.
+    #[serde(default)]
+    pub min_copies: Option<u8>,
+}
+
+/// `POST /api/vdis/{name}/min-copies`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MinCopies {
+    /// 1..=copies, or `None` for the default (copies - 1, at least 1).
+    pub min_copies: Option<u8>,
+}
+
+/// `POST /api/vdis/{name}/check`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    /// Make differing replicas identical.
+    #[serde(default)]
+    pub repair: bool,
+}
+
+/// `GET /api/recovery`: one node's recovery.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recovery {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// Its progress.
+    pub progress: drove_replica::Progress,
+    /// Objects stored on the node (0 once a leaving node has drained).
+    pub local_objects: u64,
 }
 
 /// `POST /api/vdis/{name}/resize`.
@@ -29,6 +58,12 @@ pub struct Resize {
 pub struct Settings {
     /// Copies of VDIs created without `--copies`.
     pub default_copies: Option<u8>,
+    /// A node silent this long is marked down (milliseconds).
+    #[serde(default)]
+    pub down_after_ms: Option<u64>,
+    /// Recovery rate limit per node, MiB/s (0: none).
+    #[serde(default)]
+    pub recovery_mib_s: Option<u32>,
 }
 
 /// An error body: `{"error": "not_found", "message": "..."}`.

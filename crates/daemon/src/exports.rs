@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use drove_meta::Meta;
 use drove_nbd::{Export, Exports, Extent};
-use drove_replica::Gateway;
-use drove_types::{format_size, Error, Result};
+use drove_replica::{Gateway, Recoverer};
+use drove_types::{format_size, Error, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +17,7 @@ pub struct VdiExports {
     gateway: Arc<Gateway>,
     locks: Arc<dyn LockService>,
     volumes: Mutex<HashMap<String, Arc<Volume>>>,
+    recoverer: std::sync::OnceLock<Arc<Recoverer>>,
 }
 
 impl VdiExports {
@@ -26,7 +27,63 @@ impl VdiExports {
             gateway,
             locks,
             volumes: Mutex::new(HashMap::new()),
+            recoverer: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The engine that makes replicas identical after a gateway crash.
+    pub fn set_recoverer(&self, r: Arc<Recoverer>) {
+        let _ = self.recoverer.set(r);
+    }
+
+    /// A gateway that died while writing `info` left a lock it never released, and
+    /// its replicas may differ where no FLUSH covered its writes. Before the VDI is
+    /// served again here: wait out that lease (its holder is down or gone quiet) and
+    /// make every object's replicas identical. A lock held by a live gateway is left
+    /// alone: that is a normal second attachment (reads only, or a hand-over).
+    async fn settle_crashed_writer(&self, info: &VdiInfo) -> Result<()> {
+        let state = self.meta.state();
+        let Some(lock) = state.locks.get(&info.id).cloned() else {
+            return Ok(());
+        };
+        let me = self.meta.node_id();
+        let holder_up = state
+            .map
+            .node(lock.owner)
+            .is_some_and(|n| n.state == drove_types::NodeState::Up);
+        let now = now_ms();
+        let expired = lock.expires_ms <= now;
+        if lock.owner == me {
+            return Ok(());
+        }
+        // A holder that is up and answers is a live gateway (a second attachment is
+        // fine: it reads, or asks for a hand-over). One that does not answer may have
+        // died a moment ago, before the failure detector noticed.
+        if holder_up && !expired && self.gateway.ping(lock.owner).await.is_ok() {
+            return Ok(());
+        }
+        if !expired {
+            let wait = std::time::Duration::from_millis(lock.expires_ms.saturating_sub(now_ms()));
+            tracing::info!(vdi = %info.name, holder = %lock.owner, ?wait, "waiting for a dead gateway's lease");
+            tokio::time::sleep(wait).await;
+        }
+        let Some(r) = self.recoverer.get() else {
+            return Ok(());
+        };
+        let report = r.check(info, true).await?;
+        let fixed = report.mismatched.iter().filter(|m| m.repaired).count();
+        tracing::info!(
+            vdi = %info.name, objects = report.objects, differing = report.mismatched.len(),
+            repaired = fixed, "replicas made identical after the previous gateway stopped"
+        );
+        if fixed < report.mismatched.len() {
+            return Err(Error::unavailable(format!(
+                "VDI '{}': {} objects have replicas that could not be made identical",
+                info.name,
+                report.mismatched.len() - fixed
+            )));
+        }
+        Ok(())
     }
 
     /// The open volume of `name`, if a client attached it here.
@@ -71,6 +128,7 @@ impl Exports for VdiExports {
             .get(name)
             .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
             .clone();
+        self.settle_crashed_writer(&info).await?;
         let vol = {
             let mut vols = self
                 .volumes
@@ -143,4 +201,11 @@ impl Export for VolumeExport {
             })
             .collect())
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

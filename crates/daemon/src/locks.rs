@@ -61,3 +61,28 @@ impl LockService for MetaLocks {
             .map(|_| ())
     }
 }
+
+/// The gateway's [`drove_replica::Membership`]: failed replicas are marked down
+/// through the metadata before a write is acknowledged without them.
+pub struct MetaMembership(pub Arc<Meta>);
+
+impl drove_replica::Membership for MetaMembership {
+    fn mark_down(
+        &self,
+        nodes: Vec<drove_types::NodeId>,
+        why: String,
+    ) -> futures::future::BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            for id in nodes {
+                tracing::warn!(node = %id, "marking node down: {why}");
+                self.0
+                    .execute(Command::SetNodeState {
+                        id,
+                        state: drove_types::NodeState::Down,
+                    })
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+}

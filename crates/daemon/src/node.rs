@@ -6,7 +6,8 @@ use drove_meta::{Meta, MetaConfig};
 use drove_metrics::Metrics;
 use drove_nbd::Server as NbdServer;
 use drove_objstore::{FileStore, ObjectStore};
-use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
+use drove_replica::catchup::CatchUp;
+use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, Recoverer};
 use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZE};
 use std::future::Future;
 use std::sync::Arc;
@@ -79,7 +80,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         metrics.clone(),
         cfg.data.join("peer-routes.json"),
     );
-    let local = LocalStore::new(store.clone());
+    let catchup = CatchUp::open(Some(cfg.data.join("recovery.json")));
+    let routes_task = tokio::spawn(pool.clone().watch_routes());
+    let local = LocalStore::with_catchup(store.clone(), catchup);
     let gateway = Gateway::new(
         me,
         local.clone(),
@@ -87,14 +90,18 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         map.clone(),
         metrics.clone(),
     );
+    gateway.set_membership(Arc::new(crate::locks::MetaMembership(meta.clone())));
+    let recoverer = Recoverer::new(me, local.clone(), pool.clone());
     let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease);
     let exports = VdiExports::new(meta.clone(), gateway, locks);
+    exports.set_recoverer(recoverer.clone());
 
     let admin_router = meta.router().merge(admin::router(Admin {
         meta: meta.clone(),
         metrics: metrics.clone(),
         nbd_tcp: info.nbd_addr.clone(),
         nbd_socket: info.nbd_socket.clone(),
+        recoverer: recoverer.clone(),
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
     let peer_task =
@@ -107,7 +114,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         map,
         exports.clone(),
         local,
+        recoverer.clone(),
     ));
+    let recovery_task = tokio::spawn(recoverer.clone().run());
+    let health_task = tokio::spawn(meta.clone().run_health(|| true));
     let nbd = Arc::new(NbdServer::new(exports, metrics));
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
     let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
@@ -128,6 +138,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     meta.shutdown().await;
     watch_task.abort();
+    recovery_task.abort();
+    routes_task.abort();
+    health_task.abort();
     peer_task.abort();
     admin_task.abort();
     Ok(())

@@ -2,7 +2,7 @@
 //! new cluster map, updates open volumes (resize) and deletes the local objects of
 //! VDIs that were deleted. The data path itself never waits on Raft.
 use drove_meta::{Meta, MetaState};
-use drove_replica::{LocalStore, MapCell};
+use drove_replica::{LocalStore, MapCell, Recoverer, View};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ pub async fn follow(
     map: Arc<MapCell>,
     exports: Arc<VdiExports>,
     local: Arc<LocalStore>,
+    recoverer: Arc<Recoverer>,
 ) {
     let mut rx = meta.watch();
     let me = meta.node_id();
@@ -21,6 +22,7 @@ pub async fn follow(
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
         map.set(Arc::new(state.map.clone()));
+        recoverer.update(view_of(&state), state.settings.recovery_mib_s);
         exports.refresh(&state);
         // Every generation the cluster handed out fences older writers here.
         for (vdi, g) in &state.lock_generations {
@@ -87,5 +89,14 @@ async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::Obje
         Ok(0) => {}
         Ok(n) => tracing::info!("deleted {n} objects of deleted VDIs"),
         Err(e) => tracing::warn!("cannot delete objects of deleted VDIs: {e}"),
+    }
+}
+
+/// What recovery needs from a metadata state.
+fn view_of(state: &MetaState) -> View {
+    View {
+        map: Arc::new(state.map.clone()),
+        vdis: state.vdis.values().map(|v| (v.id, v.clone())).collect(),
+        history: Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect()),
     }
 }

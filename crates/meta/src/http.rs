@@ -26,6 +26,7 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .route("/meta/write", post(write))
         .route("/meta/join", post(join))
+        .route("/meta/heartbeat", post(crate::health::receive))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(meta)
 }

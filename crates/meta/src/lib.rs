@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod db;
+mod health;
 mod http;
 mod log_store;
 mod membership;
@@ -27,10 +28,11 @@ mod store_tests;
 mod types;
 mod write;
 
+pub use health::Heartbeat;
 pub use meta::Meta;
 pub use state::{
-    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, MAX_OBJECT_SIZE,
-    MAX_VDI_SIZE, SECTOR_SIZE,
+    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS,
+    DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE, MAX_VDI_SIZE, SECTOR_SIZE,
 };
 
 use drove_types::{NodeId, NodeInfo};

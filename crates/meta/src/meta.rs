@@ -44,6 +44,7 @@ pub struct Meta {
     pub(crate) progress: watch::Sender<Progress>,
     startup_task: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
+    pub(crate) health: crate::health::Health,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
@@ -153,6 +154,7 @@ impl Meta {
             progress,
             startup_task: Mutex::new(None),
             closed: AtomicBool::new(false),
+            health: Default::default(),
         });
         let task = tokio::spawn(meta.clone().run_startup());
         *meta.startup_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);

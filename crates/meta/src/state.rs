@@ -28,6 +28,9 @@ pub struct EpochRecord {
     pub at_unix: u64,
     /// What changed, for humans.
     pub change: String,
+    /// The map as it was at this epoch: recovery works out from it which objects a
+    /// node held at every epoch, including epochs it did not see go by.
+    pub map: ClusterMap,
 }
 
 /// Cluster-wide settings.
@@ -37,13 +40,25 @@ pub struct Settings {
     pub default_copies: u8,
     /// Largest number of Raft voters; further nodes join as learners.
     pub max_voters: usize,
+    /// A node whose heartbeats stop for this long is marked down (milliseconds).
+    pub down_after_ms: u64,
+    /// Recovery copies at most this many MiB per second per node (0: no limit).
+    pub recovery_mib_s: u32,
 }
+
+/// Default of [`Settings::down_after_ms`]: 5 s.
+pub const DEFAULT_DOWN_AFTER_MS: u64 = 5000;
+
+/// Default of [`Settings::recovery_mib_s`].
+pub const DEFAULT_RECOVERY_MIB_S: u32 = 200;
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             default_copies: 3,
             max_voters: 3,
+            down_after_ms: DEFAULT_DOWN_AFTER_MS,
+            recovery_mib_s: DEFAULT_RECOVERY_MIB_S,
         }
     }
 }
@@ -142,6 +157,21 @@ pub enum Command {
     },
     /// Change the copies of VDIs created without an explicit number.
     SetDefaultCopies(u8),
+    /// Change the failure-detection timeout and/or the recovery rate limit.
+    SetHealthSettings {
+        /// New [`Settings::down_after_ms`] (at least 500).
+        down_after_ms: Option<u64>,
+        /// New [`Settings::recovery_mib_s`].
+        recovery_mib_s: Option<u32>,
+    },
+    /// Set how many replicas must have a VDI's writes while some are down; `None`
+    /// restores the default (`copies - 1`, at least 1). Replies [`Reply::Vdi`].
+    SetMinCopies {
+        /// VDI name.
+        name: String,
+        /// 1..=copies, or `None`.
+        min_copies: Option<u8>,
+    },
     /// Take or renew a VDI's write lock for `node`; replies [`Reply::Lock`]. Refused
     /// with `Locked` while another node's lease runs.
     AcquireLock {
@@ -290,6 +320,38 @@ impl MetaState {
                 check_copies(*copies)?;
                 self.settings.default_copies = *copies;
                 Ok(Reply::Done)
+            }
+            Command::SetHealthSettings {
+                down_after_ms,
+                recovery_mib_s,
+            } => {
+                if let Some(ms) = down_after_ms {
+                    if *ms < 500 {
+                        return Err(invalid(format!(
+                            "Bad down-after {ms} ms: use at least 500 ms"
+                        )));
+                    }
+                    self.settings.down_after_ms = *ms;
+                }
+                if let Some(r) = recovery_mib_s {
+                    self.settings.recovery_mib_s = *r;
+                }
+                Ok(Reply::Done)
+            }
+            Command::SetMinCopies { name, min_copies } => {
+                let Some(vdi) = self.vdis.get_mut(name) else {
+                    return Err(no_vdi(name));
+                };
+                if let Some(m) = min_copies {
+                    if *m == 0 || *m > vdi.copies {
+                        return Err(invalid(format!(
+                            "Bad min-copies {m} for VDI '{name}': use 1 to {}",
+                            vdi.copies
+                        )));
+                    }
+                }
+                vdi.min_copies = *min_copies;
+                Ok(Reply::Vdi(vdi.clone()))
             }
             Command::AcquireLock {
                 vdi,
@@ -442,6 +504,7 @@ impl MetaState {
             copies,
             mode,
             created,
+            min_copies: None,
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());
@@ -454,6 +517,7 @@ impl MetaState {
             epoch: self.map.epoch,
             at_unix: now,
             change,
+            map: self.map.clone(),
         });
     }
 }

@@ -8,4 +8,4 @@ pub mod frame;
 mod msg;
 
 pub use frame::{Frame, FrameError, MAX_FRAME};
-pub use msg::{PeerReq, PeerResp, WireError};
+pub use msg::{ObjDigest, PeerReq, PeerResp, WireError};

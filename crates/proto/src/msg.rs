@@ -61,6 +61,60 @@ pub enum PeerReq {
         /// Objects to look up.
         oids: Vec<ObjectId>,
     },
+    /// Every object the receiver stores; the answer is [`PeerResp::List`].
+    List,
+    /// A digest of each object's content and whether the receiver's copy is current;
+    /// the answer is [`PeerResp::Digests`]. `epoch` as for [`PeerReq::Fetch`].
+    Digest {
+        /// Objects to digest.
+        oids: Vec<ObjectId>,
+        /// Their size.
+        len: u32,
+        /// The asker's epoch.
+        epoch: Epoch,
+    },
+    /// The whole object (`len` bytes from 0), for recovery. The receiver first waits
+    /// until it knows `epoch` and every write it admitted before is applied, so the
+    /// copy holds every write acknowledged under earlier epochs. A copy the receiver
+    /// does not know to be current is refused with `StaleEpoch` unless `force`.
+    Fetch {
+        /// Object.
+        oid: ObjectId,
+        /// Its size.
+        len: u32,
+        /// The asker's epoch.
+        epoch: Epoch,
+        /// Take the copy even if the receiver does not know it is current (no better
+        /// copy exists anywhere).
+        force: bool,
+    },
+    /// Replace the receiver's copy of `oid` with the copy on node `from` (`vdi check
+    /// --repair`: replicas that differ after a gateway crash are made identical).
+    Repair {
+        /// Object.
+        oid: ObjectId,
+        /// Its size.
+        len: u32,
+        /// The node whose copy wins.
+        from: NodeId,
+        /// The asker's epoch.
+        epoch: Epoch,
+    },
+}
+
+/// One replica's view of one object, for recovery and `vdi check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjDigest {
+    /// The object exists on the replica.
+    pub present: bool,
+    /// The replica knows its copy to be current (it is not waiting for recovery).
+    pub current: bool,
+    /// The last epoch at which the replica had recovered everything it held.
+    pub clean_epoch: Epoch,
+    /// crc32c of the object's content (missing ranges as zeros); 0 when unreadable.
+    pub crc: u32,
+    /// The copy failed its block checksums.
+    pub corrupt: bool,
 }
 
 impl PeerReq {
@@ -73,6 +127,10 @@ impl PeerReq {
             PeerReq::WriteZeroes { .. } => "write_zeroes",
             PeerReq::Flush { .. } => "flush",
             PeerReq::Exists { .. } => "exists",
+            PeerReq::List => "list",
+            PeerReq::Digest { .. } => "digest",
+            PeerReq::Fetch { .. } => "fetch",
+            PeerReq::Repair { .. } => "repair",
         }
     }
 }
@@ -110,6 +168,10 @@ pub enum PeerResp {
     Data,
     /// One flag per object asked about, in order.
     Exists(Vec<bool>),
+    /// The objects a node stores.
+    List(Vec<ObjectId>),
+    /// One digest per object asked about, in order.
+    Digests(Vec<ObjDigest>),
     /// The request failed.
     Err(WireError),
 }

@@ -44,6 +44,8 @@ struct Conn {
     tx: mpsc::Sender<Bytes>,
     pending: Mutex<HashMap<u64, Waiter>>,
     dead: AtomicBool,
+    /// The reader and writer tasks; aborting them closes the socket.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Conn {
@@ -58,6 +60,16 @@ impl Conn {
             p.clear();
         }
     }
+
+    /// Kill and close the socket now (a route changed).
+    fn close(&self) {
+        self.kill();
+        if let Ok(mut t) = self.tasks.lock() {
+            for h in t.drain(..) {
+                h.abort();
+            }
+        }
+    }
 }
 
 /// Connections to every peer, dialled on first use.
@@ -70,7 +82,12 @@ pub struct PeerPool {
     timeouts: PeerTimeouts,
     metrics: Arc<Metrics>,
     routes: Option<PathBuf>,
+    /// When the routes file was last looked at, and its modification time then.
+    routes_seen: Mutex<(Option<Instant>, Option<std::time::SystemTime>)>,
 }
+
+/// How often the routes file is looked at for changes.
+const ROUTES_CHECK: Duration = Duration::from_millis(500);
 
 impl PeerPool {
     /// A pool for node `me`, finding peer addresses in `map`.
@@ -112,7 +129,47 @@ impl PeerPool {
             timeouts,
             metrics,
             routes,
+            routes_seen: Mutex::new((None, None)),
         })
+    }
+
+    /// Look at the routes file for changes every [`ROUTES_CHECK`], for pairs of
+    /// nodes that exchange nothing for a while (their old connections must go too).
+    pub async fn watch_routes(self: Arc<Self>) {
+        if self.routes.is_none() {
+            return;
+        }
+        loop {
+            self.check_routes();
+            tokio::time::sleep(ROUTES_CHECK).await;
+        }
+    }
+
+    /// Drop every connection when the routes file changed (at most one look per
+    /// [`ROUTES_CHECK`]): connections dialled before a route was set must not keep
+    /// bypassing it.
+    fn check_routes(&self) {
+        let Some(path) = &self.routes else {
+            return;
+        };
+        let Ok(mut seen) = self.routes_seen.lock() else {
+            return;
+        };
+        if seen.0.is_some_and(|t| t.elapsed() < ROUTES_CHECK) {
+            return;
+        }
+        seen.0 = Some(Instant::now());
+        let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if mtime == seen.1 {
+            return;
+        }
+        seen.1 = mtime;
+        drop(seen);
+        if let Ok(mut conns) = self.conns.lock() {
+            for (_, c) in conns.drain() {
+                c.close();
+            }
+        }
     }
 
     /// This node.
@@ -182,6 +239,7 @@ impl PeerPool {
     }
 
     async fn conn(&self, node: NodeId) -> Result<Arc<Conn>> {
+        self.check_routes();
         if let Some(c) = self.live(node) {
             return Ok(c);
         }
@@ -246,18 +304,19 @@ impl PeerPool {
             tx,
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
         });
         let label = node.to_string();
         let metrics = self.metrics.clone();
         let wconn = conn.clone();
-        tokio::spawn(async move {
+        let w = tokio::spawn(async move {
             let _ = crate::writer::drain(rx, wr, |n| metrics.peer_sent(&label, n as u64)).await;
             wconn.kill();
         });
         let rconn = conn.clone();
         let metrics = self.metrics.clone();
         let label = node.to_string();
-        tokio::spawn(async move {
+        let r = tokio::spawn(async move {
             let mut rd = BufReader::with_capacity(256 << 10, rd);
             while let Ok(Some((frame, n))) = Frame::<PeerResp>::read_from(&mut rd).await {
                 metrics.peer_received(&label, n as u64);
@@ -267,6 +326,10 @@ impl PeerPool {
             }
             rconn.kill();
         });
+        if let Ok(mut t) = conn.tasks.lock() {
+            t.push(w.abort_handle());
+            t.push(r.abort_handle());
+        }
         conn
     }
 }

@@ -21,7 +21,9 @@ impl Fence {
     }
 
     /// Admit a write of `vdi` carrying `generation`, raising the bar to it; refuse
-    /// it with `StaleEpoch` when a newer generation is known.
+    /// it with `Locked` when a newer generation is known (another gateway holds the
+    /// VDI's lock now; `StaleEpoch` is kept for cluster-map epochs, which a gateway
+    /// answers by retrying on the newer map).
     pub fn admit(&self, vdi: VdiId, generation: u64) -> Result<()> {
         let mut m = self
             .0
@@ -30,7 +32,7 @@ impl Fence {
         let g = m.entry(vdi).or_insert(0);
         if generation < *g {
             return Err(Error::new(
-                ErrorKind::StaleEpoch,
+                ErrorKind::Locked,
                 format!(
                     "Write to VDI {vdi} refused: lock generation {generation} is older than {}",
                     *g
@@ -52,7 +54,7 @@ mod tests {
         let v = VdiId(1);
         f.admit(v, 1).unwrap();
         f.admit(v, 2).unwrap();
-        assert_eq!(f.admit(v, 1).unwrap_err().kind(), ErrorKind::StaleEpoch);
+        assert_eq!(f.admit(v, 1).unwrap_err().kind(), ErrorKind::Locked);
         f.raise(v, 5);
         assert!(f.admit(v, 4).is_err());
         f.admit(v, 5).unwrap();

@@ -3,18 +3,26 @@
 //! the metadata per I/O) and talks to them: the local store by a direct call, the
 //! others through the [`PeerPool`].
 //!
-//! - Writes are acknowledged only when every replica of the VDI's policy has them;
-//!   with FUA, only when every replica has fsynced the object.
+//! - Writes are acknowledged when every replica of the VDI's policy has them (with
+//!   FUA: has fsynced the object). When some fail but at least the VDI's
+//!   `min_copies` applied it, the failed ones are first marked down in the metadata
+//!   ([`Membership`]), so they recover before serving the object again; below
+//!   `min_copies` the write fails.
+//! - A replica that is past the gateway's epoch refuses (`StaleEpoch`); the gateway
+//!   waits for the newer map and sends the write again to the new replicas.
 //! - Reads go to the local replica when this node holds one, then to the others in
 //!   placement order; a replica that fails (refused, timed out, checksum mismatch) is
 //!   skipped and the next one tried.
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_proto::{PeerReq, PeerResp};
-use drove_types::{Error, NodeId, ObjectId, ReplicationMode, Result, VdiInfo};
-use futures::future::join_all;
+use drove_types::{
+    ClusterMap, Epoch, Error, ErrorKind, NodeId, ObjectId, ReplicationMode, Result, VdiInfo,
+};
+use futures::future::{join_all, BoxFuture};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::local::LocalStore;
 use crate::ranges::RangeLocks;
@@ -29,7 +37,18 @@ pub struct Gateway {
     locks: RangeLocks,
     #[allow(dead_code)]
     metrics: Arc<Metrics>,
+    membership: std::sync::OnceLock<Arc<dyn Membership>>,
 }
+
+/// How a gateway tells the cluster that replicas failed a write it is about to
+/// acknowledge without them (implemented over the metadata by the daemon).
+pub trait Membership: Send + Sync {
+    /// Mark `nodes` down and return once the change is committed.
+    fn mark_down(&self, nodes: Vec<NodeId>, why: String) -> BoxFuture<'_, Result<()>>;
+}
+
+/// How long a gateway waits for its map to move past an epoch a replica refused.
+const MAP_WAIT: Duration = Duration::from_secs(5);
 
 impl Gateway {
     /// A gateway on node `me` over its `local` store.
@@ -47,17 +66,25 @@ impl Gateway {
             map,
             locks: RangeLocks::default(),
             metrics,
+            membership: std::sync::OnceLock::new(),
         })
     }
 
-    /// The replicas of `oid`, all of them or an error when too few nodes are up.
-    fn replicas(&self, vdi: &VdiInfo, oid: ObjectId) -> Result<Vec<NodeId>> {
-        let map = self.map.get();
-        let nodes = drove_placement::locate(&map, oid, usize::from(vdi.copies));
-        if nodes.len() < usize::from(vdi.copies) {
+    /// Let writes proceed with `min_copies` replicas by marking failed ones down.
+    /// Without it, a write fails when any replica fails.
+    pub fn set_membership(&self, m: Arc<dyn Membership>) {
+        let _ = self.membership.set(m);
+    }
+
+    /// The replicas of `oid` on `map`, or an error when fewer than the VDI's
+    /// `min_copies` nodes are up.
+    fn replicas_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Result<Vec<NodeId>> {
+        let nodes = drove_placement::locate(map, oid, usize::from(vdi.copies));
+        if nodes.len() < usize::from(vdi.min_copies()) {
             return Err(Error::unavailable(format!(
-                "VDI '{}' needs {} copies but only {} nodes are up",
+                "VDI '{}' needs at least {} of its {} copies but only {} nodes are up",
                 vdi.name,
+                vdi.min_copies(),
                 vdi.copies,
                 nodes.len()
             )));
@@ -65,8 +92,74 @@ impl Gateway {
         Ok(nodes)
     }
 
+    /// Wait until the map is newer than `epoch` (a replica said it was stale).
+    async fn newer_map(&self, epoch: Epoch) -> Result<()> {
+        let end = tokio::time::Instant::now() + MAP_WAIT;
+        while self.map.get().epoch <= epoch {
+            if tokio::time::Instant::now() >= end {
+                return Err(Error::unavailable(format!(
+                    "Replicas are past epoch {epoch} but this gateway has no newer map"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// Accept that `failed` replicas missed a request the others applied: at least
+    /// `min_copies` did, and the failed ones are marked down first, so they recover
+    /// before serving the object again.
+    async fn degrade(
+        &self,
+        vdi: &VdiInfo,
+        applied: usize,
+        mut failed: Vec<(NodeId, Error)>,
+    ) -> Result<()> {
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let fatal = failed.iter().position(|(_, e)| {
+            matches!(
+                e.kind(),
+                ErrorKind::Locked | ErrorKind::Invalid | ErrorKind::NotFound
+            )
+        });
+        let enough = applied >= usize::from(vdi.min_copies());
+        let m = self.membership.get().filter(|_| enough && fatal.is_none());
+        let Some(m) = m else {
+            let i = fatal.unwrap_or(0);
+            return Err(failed.swap_remove(i).1);
+        };
+        let nodes: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();
+        let why = failed
+            .iter()
+            .map(|(n, e)| format!("node {n}: {e}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(vdi = %vdi.name, "replicas failed, marking them down: {why}");
+        m.mark_down(nodes.clone(), why).await?;
+        // Reads must not go to them from here on: wait for the map that says so.
+        let end = tokio::time::Instant::now() + MAP_WAIT;
+        loop {
+            let map = self.map.get();
+            let all_down = nodes.iter().all(|n| {
+                map.node(*n)
+                    .is_none_or(|x| x.state != drove_types::NodeState::Up)
+            });
+            if all_down {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(Error::unavailable(
+                    "Failed replicas were marked down but this gateway's map does not show it",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// The replicas in the order reads try them: this node first.
-    fn read_order(&self, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+    pub(crate) fn read_order(&self, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
         let map = self.map.get();
         let nodes = drove_placement::locate(&map, oid, usize::from(vdi.copies));
         read_order(&map, self.me, nodes)
@@ -78,6 +171,13 @@ impl Gateway {
         } else {
             self.pool.call(node, req, payload).await
         }
+    }
+
+    /// Whether `node` answers on the peer protocol.
+    pub async fn ping(&self, node: NodeId) -> Result<()> {
+        self.send(node, PeerReq::Ping, Bytes::new())
+            .await
+            .map(|_| ())
     }
 
     /// Read `len` bytes of `oid` at `offset` from the nearest replica that answers.
@@ -115,9 +215,8 @@ impl Gateway {
         fua: bool,
         generation: u64,
     ) -> Result<()> {
-        let epoch = self.map.get().epoch;
         let _order = self.locks.lock(oid, offset, data.len() as u64).await;
-        self.fan_out(vdi, oid, data, |forward| PeerReq::Write {
+        self.fan_out(vdi, oid, data, |epoch, forward| PeerReq::Write {
             oid,
             offset,
             fua,
@@ -139,60 +238,123 @@ impl Gateway {
         fua: bool,
         generation: u64,
     ) -> Result<()> {
-        let epoch = self.map.get().epoch;
         let _order = self.locks.lock(oid, offset, len).await;
-        self.fan_out(vdi, oid, Bytes::new(), |forward| PeerReq::WriteZeroes {
-            oid,
-            offset,
-            len,
-            fua,
-            epoch,
-            generation,
-            forward,
+        self.fan_out(vdi, oid, Bytes::new(), |epoch, forward| {
+            PeerReq::WriteZeroes {
+                oid,
+                offset,
+                len,
+                fua,
+                epoch,
+                generation,
+                forward,
+            }
         })
         .await
     }
 
+    /// Send a write to the replicas of `oid` on the current map. A replica past
+    /// this map's epoch makes the whole write go again on the newer map (writes are
+    /// idempotent, and the range lock keeps overlapping ones in order).
     async fn fan_out(
         &self,
         vdi: &VdiInfo,
         oid: ObjectId,
         payload: Bytes,
-        make: impl Fn(Vec<NodeId>) -> PeerReq,
+        make: impl Fn(Epoch, Vec<NodeId>) -> PeerReq,
     ) -> Result<()> {
-        let replicas = self.replicas(vdi, oid)?;
-        match vdi.mode {
-            ReplicationMode::Direct => {
+        let mut primary_failed = false;
+        loop {
+            let map = self.map.get();
+            let replicas = self.replicas_on(&map, vdi, oid)?;
+            let res = if vdi.mode == ReplicationMode::PrimaryCopy && !primary_failed {
+                let (first, rest) = (replicas[0], replicas[1..].to_vec());
+                match self
+                    .send(first, make(map.epoch, rest), payload.clone())
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.kind() == ErrorKind::StaleEpoch => Err(e),
+                    Err(e) if e.kind() == ErrorKind::Locked => return Err(e),
+                    Err(e) => {
+                        // Some replica failed behind the primary: find out which
+                        // by sending to each directly.
+                        tracing::debug!(%oid, "primary-copy write failed, going direct: {e}");
+                        primary_failed = true;
+                        continue;
+                    }
+                }
+            } else {
                 let sends = replicas
                     .iter()
-                    .map(|&n| self.send(n, make(Vec::new()), payload.clone()));
-                for r in join_all(sends).await {
-                    r?;
-                }
-                Ok(())
-            }
-            ReplicationMode::PrimaryCopy => {
-                let (first, rest) = (replicas[0], replicas[1..].to_vec());
-                self.send(first, make(rest), payload).await.map(|_| ())
+                    .map(|&n| self.send(n, make(map.epoch, Vec::new()), payload.clone()));
+                let results = join_all(sends).await;
+                self.settle(vdi, &replicas, results).await
+            };
+            match res {
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
+                other => return other,
             }
         }
     }
 
-    /// fsync `oids` on every replica that holds them.
+    /// Judge the answers of `nodes` to one request: success, a retry on a newer
+    /// map (`StaleEpoch`), or success without the failed ones when enough applied it.
+    async fn settle(
+        &self,
+        vdi: &VdiInfo,
+        nodes: &[NodeId],
+        results: Vec<Result<(PeerResp, Bytes)>>,
+    ) -> Result<()> {
+        let mut applied = 0;
+        let mut failed = Vec::new();
+        for (&n, r) in nodes.iter().zip(results) {
+            match r {
+                Ok(_) => applied += 1,
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => return Err(e),
+                Err(e) => failed.push((n, e)),
+            }
+        }
+        self.degrade(vdi, applied, failed).await
+    }
+
+    /// fsync `oids` on every replica that holds them; a replica that fails is
+    /// marked down when every object still reached `min_copies` replicas.
     pub async fn flush(&self, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<()> {
+        let map = self.map.get();
         let mut by_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for &oid in oids {
-            for node in self.replicas(vdi, oid)? {
+            for node in self.replicas_on(&map, vdi, oid)? {
                 by_node.entry(node).or_default().push(oid);
             }
         }
+        let nodes: Vec<NodeId> = by_node.keys().copied().collect();
         let sends = by_node
             .into_iter()
             .map(|(node, oids)| self.send(node, PeerReq::Flush { oids }, Bytes::new()));
-        for r in join_all(sends).await {
-            r?;
+        let results = join_all(sends).await;
+        let mut failed = Vec::new();
+        for (&n, r) in nodes.iter().zip(results) {
+            if let Err(e) = r {
+                failed.push((n, e));
+            }
         }
-        Ok(())
+        if failed.is_empty() {
+            return Ok(());
+        }
+        // Each object must have reached min_copies of its replicas.
+        let bad: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();
+        let worst = oids
+            .iter()
+            .map(|&o| {
+                drove_placement::locate(&map, o, usize::from(vdi.copies))
+                    .iter()
+                    .filter(|n| !bad.contains(n))
+                    .count()
+            })
+            .min()
+            .unwrap_or(0);
+        self.degrade(vdi, worst, failed).await
     }
 
     /// Whether each object was ever written, asking the nearest replica of each and

@@ -10,18 +10,23 @@
 //! requests to the local store ([`local`]), forwarding for primary-copy writes.
 #![deny(missing_docs)]
 
+pub mod catchup;
+mod check;
 mod client;
 mod fence;
 mod gateway;
 pub mod local;
 mod mapcell;
 mod ranges;
+pub mod recovery;
 mod server;
 mod writer;
 
+pub use check::{CheckReport, Mismatch, ReplicaView, ScrubReport};
 pub use client::{PeerPool, PeerTimeouts};
 pub use fence::Fence;
-pub use gateway::Gateway;
+pub use gateway::{Gateway, Membership};
 pub use local::LocalStore;
 pub use mapcell::MapCell;
+pub use recovery::{Progress, Recoverer, View};
 pub use server::PeerServer;

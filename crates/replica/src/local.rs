@@ -2,11 +2,13 @@
 //! (pread/pwrite/fsync), so every call runs on tokio's blocking pool.
 use bytes::Bytes;
 use drove_objstore::ObjectStore;
-use drove_proto::{PeerReq, PeerResp};
-use drove_types::{Error, ErrorKind, Result};
+use drove_proto::{ObjDigest, PeerReq, PeerResp};
+use drove_types::{Epoch, Error, ErrorKind, ObjectId, Result};
 use futures::future::join_all;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
+use tokio::sync::OwnedRwLockReadGuard;
 
+use crate::catchup::{CatchUp, Repair};
 use crate::fence::Fence;
 use crate::PeerPool;
 
@@ -24,20 +26,34 @@ pub async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::new(ErrorKind::Io, format!("Store task failed: {e}")))?
 }
 
-/// This node's object store with its fence: what every request that reaches this
-/// node, from a peer or from its own gateway, is applied to.
+/// This node's object store with its fence and its catch-up state: what every request
+/// that reaches this node, from a peer or from its own gateway, is applied to.
 pub struct LocalStore {
     store: Arc<dyn ObjectStore>,
     fence: Fence,
+    catchup: CatchUp,
+    repair: OnceLock<Weak<dyn Repair>>,
 }
 
 impl LocalStore {
-    /// Wrap `store`.
+    /// Wrap `store`, every copy current (no recovery: tests and single nodes).
     pub fn new(store: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Self::with_catchup(store, CatchUp::all_current())
+    }
+
+    /// Wrap `store` with the catch-up state recovery maintains.
+    pub fn with_catchup(store: Arc<dyn ObjectStore>, catchup: CatchUp) -> Arc<Self> {
         Arc::new(LocalStore {
             store,
             fence: Fence::default(),
+            catchup,
+            repair: OnceLock::new(),
         })
+    }
+
+    /// Who recovers a pending object when a write reaches it (set once at start-up).
+    pub fn set_repair(&self, repair: Weak<dyn Repair>) {
+        let _ = self.repair.set(repair);
     }
 
     /// The object store.
@@ -50,12 +66,44 @@ impl LocalStore {
         &self.fence
     }
 
+    /// Which copies here are current, and the epoch caught up with.
+    pub fn catchup(&self) -> &CatchUp {
+        &self.catchup
+    }
+
+    fn not_current(oid: ObjectId) -> Error {
+        Error::new(
+            ErrorKind::StaleEpoch,
+            format!("This node's copy of object {oid} is being recovered"),
+        )
+    }
+
+    /// Hold `oid` for a write from `epoch`, recovering a pending copy first.
+    async fn admit_write(&self, oid: ObjectId, epoch: Epoch) -> Result<OwnedRwLockReadGuard<()>> {
+        self.catchup.admit_epoch(epoch, true).await?;
+        loop {
+            let guard = self.catchup.write_lock(oid).await;
+            if self.catchup.is_current(oid) {
+                return Ok(guard);
+            }
+            drop(guard);
+            let repair = self.repair.get().and_then(Weak::upgrade);
+            match repair {
+                Some(r) => r.repair(oid).await?,
+                None => return Err(Self::not_current(oid)),
+            }
+        }
+    }
+
     /// Apply `req` (with its `payload`) here. Forwarding is not done here.
     pub async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         let store = &self.store;
         match req {
             PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
             &PeerReq::Read { oid, offset, len } => {
+                if !self.catchup.is_current(oid) {
+                    return Err(Self::not_current(oid));
+                }
                 let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
                 Ok((PeerResp::Data, Bytes::from(data)))
             }
@@ -63,10 +111,12 @@ impl LocalStore {
                 oid,
                 offset,
                 fua,
+                epoch,
                 generation,
                 ..
             } => {
                 self.fence.admit(oid.vdi, generation)?;
+                let _held = self.admit_write(oid, epoch).await?;
                 if !fua && payload.len() <= INLINE_MAX {
                     // A small write without FUA lands in the page cache and takes a few
                     // microseconds; handing it to the blocking pool and back costs more
@@ -90,10 +140,12 @@ impl LocalStore {
                 offset,
                 len,
                 fua,
+                epoch,
                 generation,
                 ..
             } => {
                 self.fence.admit(oid.vdi, generation)?;
+                let _held = self.admit_write(oid, epoch).await?;
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
                     if fua {
@@ -110,6 +162,9 @@ impl LocalStore {
                 Ok((PeerResp::Ok, Bytes::new()))
             }
             PeerReq::Exists { oids } => {
+                if let Some(&o) = oids.iter().find(|&&o| !self.catchup.is_current(o)) {
+                    return Err(Self::not_current(o));
+                }
                 let oids = oids.clone();
                 let found = blocking(store, move |s| {
                     oids.iter()
@@ -119,7 +174,75 @@ impl LocalStore {
                 .await?;
                 Ok((PeerResp::Exists(found), Bytes::new()))
             }
+            PeerReq::List => {
+                let oids = blocking(store, |s| s.list()).await?;
+                Ok((PeerResp::List(oids), Bytes::new()))
+            }
+            &PeerReq::Digest {
+                ref oids,
+                len,
+                epoch,
+            } => {
+                self.catchup.admit_epoch(epoch, false).await?;
+                let mut out = Vec::with_capacity(oids.len());
+                for &oid in oids {
+                    out.push(self.digest(oid, len).await?);
+                }
+                Ok((PeerResp::Digests(out), Bytes::new()))
+            }
+            &PeerReq::Fetch {
+                oid,
+                len,
+                epoch,
+                force,
+            } => {
+                self.catchup.admit_epoch(epoch, false).await?;
+                let _held = self.catchup.copy_lock(oid).await;
+                if !force && !self.catchup.is_current(oid) {
+                    return Err(Self::not_current(oid));
+                }
+                let data = blocking(store, move |s| s.read(oid, 0, len)).await?;
+                Ok((PeerResp::Data, Bytes::from(data)))
+            }
+            &PeerReq::Repair {
+                oid,
+                len,
+                from,
+                epoch,
+            } => {
+                self.catchup.admit_epoch(epoch, false).await?;
+                match self.repair.get().and_then(Weak::upgrade) {
+                    Some(r) => r.repair_from(oid, len, from).await?,
+                    None => return Err(Error::invalid("This node does not repair objects")),
+                }
+                Ok((PeerResp::Ok, Bytes::new()))
+            }
         }
+    }
+
+    /// This node's view of `oid` (`len` bytes long), with no write in flight.
+    pub async fn digest(&self, oid: ObjectId, len: u32) -> Result<ObjDigest> {
+        let _held = self.catchup.copy_lock(oid).await;
+        let current = self.catchup.is_current(oid);
+        let clean_epoch = self.catchup.clean_epoch();
+        let (present, crc, corrupt) = blocking(&self.store, move |s| {
+            if !s.exists(oid)? {
+                return Ok((false, crc32c::crc32c(&vec![0u8; len as usize]), false));
+            }
+            match s.read(oid, 0, len) {
+                Ok(data) => Ok((true, crc32c::crc32c(&data), false)),
+                Err(e) if e.kind() == ErrorKind::Corrupt => Ok((true, 0, true)),
+                Err(e) => Err(e),
+            }
+        })
+        .await?;
+        Ok(ObjDigest {
+            present,
+            current,
+            clean_epoch,
+            crc,
+            corrupt,
+        })
     }
 }
 

@@ -88,6 +88,7 @@ fn vdi(mode: ReplicationMode) -> VdiInfo {
         copies: 3,
         mode,
         created: 0,
+        min_copies: None,
     }
 }
 
@@ -320,7 +321,7 @@ async fn test_old_gateway_is_fenced_after_a_newer_one_wrote() {
         .write(&v, oid, 0, pattern(3, 4096), false, 1)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), drove_types::ErrorKind::StaleEpoch, "{err}");
+    assert_eq!(err.kind(), drove_types::ErrorKind::Locked, "{err}");
     for n in &nodes {
         assert_eq!(
             n.store.read(oid, 0, 4096).unwrap(),

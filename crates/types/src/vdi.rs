@@ -59,9 +59,21 @@ pub struct VdiInfo {
     pub mode: ReplicationMode,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
+    /// Replicas that must have a write before it is acknowledged while some are down;
+    /// `None` means `copies - 1` (at least 1). See [`VdiInfo::min_copies`].
+    #[serde(default)]
+    pub min_copies: Option<u8>,
 }
 
 impl VdiInfo {
+    /// Replicas that must acknowledge a write: the VDI's setting, or `copies - 1` (at
+    /// least 1), never more than `copies`.
+    pub fn min_copies(&self) -> u8 {
+        self.min_copies
+            .unwrap_or(self.copies.saturating_sub(1).max(1))
+            .clamp(1, self.copies.max(1))
+    }
+
     /// Number of objects that cover the VDI.
     pub fn object_count(&self) -> u64 {
         self.size.div_ceil(u64::from(self.object_size))

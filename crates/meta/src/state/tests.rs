@@ -48,9 +48,64 @@ fn test_default_state_counters() {
         s.settings,
         Settings {
             default_copies: 3,
-            max_voters: 3
+            max_voters: 3,
+            down_after_ms: 5000,
+            recovery_mib_s: 200,
         }
     );
+}
+
+#[test]
+fn test_health_settings_and_min_copies_are_checked() {
+    let mut s = MetaState::default();
+    let bad = Command::SetHealthSettings {
+        down_after_ms: Some(100),
+        recovery_mib_s: None,
+    };
+    assert_eq!(s.apply(&bad, 0).unwrap_err().0, ErrorKind::Invalid);
+    let good = Command::SetHealthSettings {
+        down_after_ms: Some(2000),
+        recovery_mib_s: Some(50),
+    };
+    s.apply(&good, 0).unwrap();
+    assert_eq!(s.settings.down_after_ms, 2000);
+    assert_eq!(s.settings.recovery_mib_s, 50);
+    // min_copies is 1..=copies, per VDI; None restores copies - 1.
+    s.map.nodes.insert(NodeId(1), node(1, "a"));
+    s.map.nodes.insert(NodeId(2), node(2, "b"));
+    s.apply(&create("v", 1 << 20, Some(2)), 0).unwrap();
+    let set = |m| Command::SetMinCopies {
+        name: "v".into(),
+        min_copies: m,
+    };
+    assert_eq!(s.apply(&set(Some(3)), 0).unwrap_err().0, ErrorKind::Invalid);
+    assert_eq!(s.apply(&set(Some(0)), 0).unwrap_err().0, ErrorKind::Invalid);
+    s.apply(&set(Some(2)), 0).unwrap();
+    assert_eq!(s.vdis["v"].min_copies(), 2);
+    s.apply(&set(None), 0).unwrap();
+    assert_eq!(s.vdis["v"].min_copies(), 1);
+}
+
+#[test]
+fn test_every_epoch_record_keeps_its_map() {
+    let mut s = MetaState::default();
+    s.apply(&Command::UpsertNode(node(1, "a")), 0).unwrap();
+    s.apply(&Command::UpsertNode(node(2, "b")), 0).unwrap();
+    s.apply(
+        &Command::SetNodeState {
+            id: NodeId(2),
+            state: NodeState::Down,
+        },
+        0,
+    )
+    .unwrap();
+    let h = &s.epoch_history;
+    assert_eq!(h.len(), 3);
+    for r in h {
+        assert_eq!(r.map.epoch, r.epoch);
+    }
+    assert_eq!(h[1].map.nodes[&NodeId(2)].state, NodeState::Up);
+    assert_eq!(h[2].map.nodes[&NodeId(2)].state, NodeState::Down);
 }
 
 #[test]

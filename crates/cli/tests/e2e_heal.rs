@@ -1,0 +1,449 @@
+//! Self-healing with real faults: a replica SIGKILLed under fio load, a gateway
+//! SIGKILLed in the middle of writes, a byte flipped in an object file on disk, a
+//! node that goes silent. Real node processes, real clients; data verified after.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn json(o: &std::process::Output) -> Value {
+    assert!(o.status.success(), "{}", text(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", text(o)))
+}
+
+/// The state of node `id` in the map, as node `via` sees it.
+fn node_state(c: &Cluster, via: usize, id: u64) -> String {
+    let s = json(&c.drove(via, &["cluster", "status", "--json"]));
+    s["map"]["nodes"][id.to_string()]["state"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Wait until every up node reports itself current at the map's epoch.
+fn wait_recovered(c: &Cluster, via: usize, timeout: Duration) -> Value {
+    let mut last = Value::Null;
+    let end = Instant::now() + timeout;
+    loop {
+        let o = c.drove(via, &["cluster", "status", "--json"]);
+        if o.status.success() {
+            let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let epoch = s["map"]["epoch"].as_u64().unwrap();
+            let up = s["map"]["nodes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter(|n| n["state"] == "Up")
+                .count();
+            let rec = s["recovery"].as_array().unwrap();
+            let done = rec.len() == up
+                && rec.iter().all(|r| {
+                    r["progress"]["clean"] == true && r["progress"]["epoch"].as_u64() == Some(epoch)
+                });
+            if done {
+                return s;
+            }
+            last = s;
+        }
+        assert!(
+            Instant::now() < end,
+            "recovery did not finish in {timeout:?}: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `drove vdi check NAME --json` through node `via`.
+fn check(c: &Cluster, via: usize, name: &str, repair: bool) -> Value {
+    let mut args = vec!["vdi", "check", name, "--json"];
+    if repair {
+        args.push("--repair");
+    }
+    json(&c.drove(via, &args))
+}
+
+fn fio(uri: &str, extra: &[&str]) -> Child {
+    Command::new("fio")
+        .args([
+            "--name=load",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--bs=4k",
+            "--iodepth=16",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio")
+}
+
+fn fio_result(child: Child) -> (bool, Value, String) {
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let j = out
+        .find('{')
+        .and_then(|i| serde_json::from_str(&out[i..]).ok())
+        .unwrap_or(Value::Null);
+    (o.status.success(), j, text(&o))
+}
+
+#[test]
+fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas() {
+    if !have("fio") || !have("qemu-io") {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("vm", "128M", &["--copies", "3"]);
+    // fio writes 48 MiB at random with crc32c verify headers, then reads it all back.
+    let load = fio(
+        &c.nodes[0].uri("vm"),
+        &[
+            "--rw=randwrite",
+            "--size=128M",
+            "--io_size=48M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--rate=12M",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let killed_at = Instant::now();
+    c.kill(2);
+    let (ok, j, t) = fio_result(load);
+    assert!(ok, "fio failed after a replica died: {t}");
+    assert_eq!(j["jobs"][0]["error"].as_i64(), Some(0), "{j}");
+    assert!(
+        killed_at.elapsed() > Duration::from_secs(1),
+        "fio must have written after the kill"
+    );
+    // The gateway marked the dead replica down before acknowledging without it.
+    assert_eq!(node_state(&c, 0, 3), "Down");
+    let degraded = check(&c, 0, "vm", false);
+    assert!(degraded["degraded"].as_u64().unwrap() > 0, "{degraded}");
+
+    c.restart(2);
+    wait_until(Duration::from_secs(30), "node 3 back up", || {
+        node_state(&c, 0, 3) == "Up"
+    });
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    let node3 = s["recovery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node_id"] == 3)
+        .cloned()
+        .unwrap();
+    assert!(
+        node3["progress"]["done"].as_u64().unwrap() > 0,
+        "node 3 recovered nothing: {node3}"
+    );
+    let r = check(&c, 1, "vm", false);
+    assert!(r["objects"].as_u64().unwrap() >= 10, "{r}");
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(r["degraded"], 0, "{r}");
+    // Every write fio made is on the recovered node: verify reading through it.
+    let load = fio(
+        &c.nodes[2].uri("vm"),
+        &[
+            "--rw=randwrite",
+            "--size=128M",
+            "--io_size=8M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+        ],
+    );
+    let (ok, _, t) = fio_result(load);
+    assert!(ok, "fio through the recovered node: {t}");
+    // The epoch history tells the story.
+    let o = c.drove(0, &["cluster", "status"]);
+    let t = text(&o);
+    assert!(t.contains("node 3 Up -> Down"), "{t}");
+    assert!(t.contains("node 3 Down -> Up"), "{t}");
+}
+
+#[test]
+fn test_silent_node_is_marked_down_and_back_up_without_any_io() {
+    if !have("qemu-io") {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t0 = Instant::now();
+    c.kill(1);
+    wait_until(Duration::from_secs(15), "node 2 marked down", || {
+        node_state(&c, 0, 2) == "Down"
+    });
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "marked down after {took:?}, before the 2 s timeout"
+    );
+    c.restart(1);
+    wait_until(Duration::from_secs(15), "node 2 back up", || {
+        node_state(&c, 0, 2) == "Up"
+    });
+    wait_recovered(&c, 0, Duration::from_secs(30));
+}
+
+#[test]
+fn test_flipped_byte_is_read_around_and_scrub_repairs_it() {
+    if !have("qemu-io") {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("rot", "16M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("rot"),
+        &["write -P 0x5a 0 4M".into(), "flush".into()],
+    );
+    // Flip one byte in the middle of object 0's data file on node 2.
+    let store = std::path::Path::new(&c.nodes[1].data).join("store");
+    let file = find_data_file(&store).expect("object file on node 2");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[123_456] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    // Node 2 reads its own copy first: the checksum catches it, another replica answers.
+    qemu_io(&c.nodes[1].uri("rot"), &["read -P 0x5a 0 4M".into()]);
+    let o = c.drove(0, &["cluster", "scrub", "--json"]);
+    let nodes = json(&o);
+    let total = |k: &str| -> u64 {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["report"][k].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(total("corrupt"), 1, "{nodes}");
+    assert_eq!(total("repaired"), 1, "{nodes}");
+    // The file is good again: a second scrub finds nothing, replicas are identical.
+    let again = json(&c.drove(0, &["cluster", "scrub", "--json"]));
+    assert!(
+        again
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["report"]["corrupt"] == 0),
+        "{again}"
+    );
+    let r = check(&c, 0, "rot", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(std::fs::read(&file).unwrap()[123_456], 0x5a);
+}
+
+/// The data file of the first object under a store directory (not the checksums).
+fn find_data_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut found = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_none()
+                && std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0) >= 4 * MIB
+            {
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    found.into_iter().next()
+}
+
+#[test]
+fn test_sigkill_gateway_mid_writes_then_attach_elsewhere_keeps_flushed_data() {
+    if !have("fio") || !have("qemu-io") {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("gw", "64M", &["--copies", "3"]);
+    // Flushed data in the first 8 MiB.
+    qemu_io(
+        &c.nodes[0].uri("gw"),
+        &["write -P 0x77 0 8M".into(), "flush".into()],
+    );
+    // Unflushed writes in flight over the rest when the gateway dies.
+    let load = fio(
+        &c.nodes[0].uri("gw"),
+        &[
+            "--rw=randwrite",
+            "--offset=16M",
+            "--size=48M",
+            "--time_based=1",
+            "--runtime=30",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    c.kill(0);
+    let _ = fio_result(load);
+    // Through node 2: the dead gateway's lease runs out, replicas are made identical,
+    // then the VDI is served.
+    qemu_io(&c.nodes[1].uri("gw"), &["read -P 0x77 0 8M".into()]);
+    let r = check(&c, 1, "gw", false);
+    assert_eq!(r["mismatched"].as_array().unwrap().len(), 0, "{r}");
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    // Writing through the new gateway works (it takes the expired lock over).
+    qemu_io(
+        &c.nodes[1].uri("gw"),
+        &["write -P 0x78 0 1M".into(), "flush".into()],
+    );
+    qemu_io(&c.nodes[2].uri("gw"), &["read -P 0x78 0 1M".into()]);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Bytes allocated under a directory (sparse files count what they use).
+fn used_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => stack.push(p),
+                Ok(m) if p.extension().is_none() => total += m.blocks() * 512,
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+/// Bytes recovery copied at the current epoch, over all nodes.
+fn copied(s: &Value) -> u64 {
+    s["recovery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["progress"]["bytes"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
+    if !have("fio") || !have("qemu-io") {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("grow", "256M", &["--copies", "3"]);
+    // 160 MiB of data that must survive both moves.
+    let fill: Vec<String> = (0..10)
+        .map(|i| format!("write -P {} {}M 16M", 0x30 + i, i * 16))
+        .chain(["flush".to_string()])
+        .collect();
+    qemu_io(&c.nodes[0].uri("grow"), &fill);
+    let stores = |n: usize| -> u64 {
+        (0..n)
+            .map(|i| {
+                used_bytes(
+                    &std::path::Path::new(&c.nodes[0].data).join(format!("../node{}/store", i + 1)),
+                )
+            })
+            .sum()
+    };
+    let before = stores(3);
+    assert!(before >= 3 * 160 * MIB, "stored {before}");
+
+    // A 4th node joins while fio writes (and later verifies) the rest of the disk.
+    let load = fio(
+        &c.nodes[0].uri("grow"),
+        &[
+            "--rw=randwrite",
+            "--offset=160M",
+            "--size=96M",
+            "--io_size=24M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--rate=4M",
+        ],
+    );
+    let data4 = std::path::Path::new(&c.nodes[0].data).join("../node4");
+    std::fs::create_dir_all(&data4).unwrap();
+    let (a, p, n) = (free_port(), free_port(), free_port());
+    let log = std::fs::File::create(data4.join("node.log")).unwrap();
+    let mut node4 = Command::new(drove_bin())
+        .args([
+            "node",
+            "run",
+            "--data",
+            data4.to_str().unwrap(),
+            "--zone",
+            "z4",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{a}")])
+        .args(["--peer-listen", &format!("127.0.0.1:{p}")])
+        .args(["--nbd-listen", &format!("127.0.0.1:{n}")])
+        .args(["--join", &c.nodes[0].admin])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(60), "node 4 in the map", || {
+        node_state(&c, 0, 4) == "Up"
+    });
+    let (ok, _, t) = fio_result(load);
+    assert!(ok, "fio during the grow: {t}");
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    let total = stores(3) + used_bytes(&data4.join("store"));
+    let moved = copied(&s);
+    assert!(moved > 0, "nothing moved to node 4: {s}");
+    assert!(
+        moved as f64 <= 1.3 / 4.0 * total as f64,
+        "moved {moved} of {total} bytes: more than 1.3/(N+1)"
+    );
+    // Old copies are dropped once node 4 has them: the total stays about 3 copies.
+    wait_until(Duration::from_secs(60), "moved copies dropped", || {
+        let now = stores(3) + used_bytes(&data4.join("store"));
+        (now as f64) < before as f64 * 1.15 + 3.0 * 24.0 * MIB as f64
+    });
+    let r = check(&c, 0, "grow", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    let sock4 = data4.join("nbd.sock");
+    let uri4 = format!("nbd+unix:///grow?socket={}", sock4.display());
+    let verify: Vec<String> = (0..10)
+        .map(|i| format!("read -P {} {}M 16M", 0x30 + i, i * 16))
+        .collect();
+    qemu_io(&uri4, &verify);
+
+    // Node 4 leaves again: drained, it holds nothing; the data is all there.
+    let o = c.drove(0, &["node", "leave", "4", "--json"]);
+    assert!(o.status.success(), "node leave: {}", text(&o));
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    let moved = copied(&s);
+    let total = stores(3);
+    assert!(
+        moved as f64 <= 1.3 / 4.0 * total as f64,
+        "leave moved {moved} of {total} bytes"
+    );
+    assert_eq!(
+        used_bytes(&data4.join("store")),
+        0,
+        "node 4 still holds data"
+    );
+    qemu_io(&c.nodes[1].uri("grow"), &verify);
+    let r = check(&c, 2, "grow", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    let _ = node4.kill();
+    let _ = node4.wait();
+}

@@ -1,0 +1,235 @@
+//! Failure detection. Every node sends a heartbeat to the metadata leader each second
+//! (`POST /meta/heartbeat`); the leader remembers when it last heard from each node,
+//! in memory only (heartbeats are not Raft entries: a second's liveness is not worth
+//! a log write on every member). The leader marks a node down when it has been silent
+//! for [`crate::Settings::down_after_ms`], or when the node says its disk is full,
+//! and marks it up again when healthy heartbeats return; each change is a
+//! `SetNodeState` command, so it bumps the epoch and lands in the epoch history.
+//!
+//! A new leader first waits one full timeout before judging anyone, so that nodes
+//! have had time to find it: silence towards a leader elected a second ago is not
+//! the node's fault.
+use crate::meta::Meta;
+use crate::state::Command;
+use axum::extract::State;
+use axum::Json;
+use drove_types::{NodeId, NodeState};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a node sends a heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(1000);
+
+/// How often the leader looks for silent nodes.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// One heartbeat.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The sender.
+    pub node: NodeId,
+    /// False when the node cannot store data (its disk is full): keep it down.
+    pub healthy: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    at: Instant,
+    healthy: bool,
+}
+
+/// What the leader knows of the nodes' liveness.
+#[derive(Default)]
+pub(crate) struct Health {
+    seen: Mutex<HashMap<NodeId, Seen>>,
+    leader_since: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    pub(crate) fn record(&self, hb: Heartbeat) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(
+            hb.node,
+            Seen {
+                at: Instant::now(),
+                healthy: hb.healthy,
+            },
+        );
+    }
+
+    /// The state each node should be in, or nothing while this leader is too new to
+    /// judge. `now` and the leadership start are passed in for testability.
+    fn verdicts(
+        &self,
+        nodes: impl Iterator<Item = (NodeId, NodeState)>,
+        down_after: Duration,
+        now: Instant,
+    ) -> Vec<(NodeId, NodeState)> {
+        let since = *self.leader_since.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(since) = since else {
+            return Vec::new();
+        };
+        if now.saturating_duration_since(since) < down_after {
+            return Vec::new();
+        }
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        nodes
+            .filter_map(|(id, state)| {
+                let alive = seen
+                    .get(&id)
+                    .is_some_and(|s| s.healthy && now.saturating_duration_since(s.at) < down_after);
+                let want = if alive {
+                    NodeState::Up
+                } else {
+                    NodeState::Down
+                };
+                (want != state).then_some((id, want))
+            })
+            .collect()
+    }
+
+    fn set_leader(&self, leader: bool) {
+        let mut since = self.leader_since.lock().unwrap_or_else(|e| e.into_inner());
+        match (leader, since.is_some()) {
+            (true, false) => *since = Some(Instant::now()),
+            (false, true) => *since = None,
+            _ => {}
+        }
+    }
+}
+
+/// `POST /meta/heartbeat`: recorded by whoever receives it; only the leader's record
+/// is ever used, and senders aim at the leader.
+pub(crate) async fn receive(
+    State(meta): State<Arc<Meta>>,
+    Json(hb): Json<Heartbeat>,
+) -> Json<bool> {
+    meta.health.record(hb);
+    Json(meta.status().leader == Some(meta.node_id()))
+}
+
+impl Meta {
+    /// Send this node's heartbeat to the leader every second, with `healthy()` telling
+    /// whether its store can take data; on the leader, also mark silent nodes down and
+    /// returning ones up. Runs until the metadata service shuts down.
+    pub async fn run_health(self: Arc<Self>, healthy: impl Fn() -> bool + Send + 'static) {
+        let me = self.node_id();
+        let mut last_beat = Instant::now() - HEARTBEAT_EVERY;
+        while !self.is_closed() {
+            let status = self.status();
+            let leading = status.leader == Some(me);
+            self.health.set_leader(leading);
+            if last_beat.elapsed() >= HEARTBEAT_EVERY {
+                last_beat = Instant::now();
+                let hb = Heartbeat {
+                    node: me,
+                    healthy: healthy(),
+                };
+                if leading {
+                    self.health.record(hb);
+                } else if let Some(leader) = status.leader {
+                    self.send_heartbeat(leader, hb).await;
+                }
+            }
+            if leading {
+                self.judge().await;
+            }
+            tokio::time::sleep(CHECK_EVERY).await;
+        }
+    }
+
+    async fn send_heartbeat(&self, leader: NodeId, hb: Heartbeat) {
+        let state = self.state();
+        let Some(addr) = state.map.node(leader).map(|n| n.admin_addr.clone()) else {
+            return;
+        };
+        let url = format!("http://{addr}/meta/heartbeat");
+        let res = self
+            .client
+            .post(&url)
+            .timeout(HEARTBEAT_EVERY)
+            .json(&hb)
+            .send()
+            .await;
+        if let Err(e) = res {
+            tracing::debug!("heartbeat to {url} failed: {e}");
+        }
+    }
+
+    async fn judge(&self) {
+        let state = self.state();
+        let down_after = Duration::from_millis(state.settings.down_after_ms);
+        let nodes = state.map.nodes.values().map(|n| (n.id, n.state));
+        for (id, state) in self.health.verdicts(nodes, down_after, Instant::now()) {
+            tracing::warn!(node = %id, ?state, "failure detector changes a node's state");
+            if let Err(e) = self.execute(Command::SetNodeState { id, state }).await {
+                tracing::warn!(node = %id, "cannot change the node's state: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[(u64, NodeState)]) -> Vec<(NodeId, NodeState)> {
+        v.iter().map(|&(i, s)| (NodeId(i), s)).collect()
+    }
+
+    #[test]
+    fn test_silent_nodes_go_down_and_healthy_ones_come_back_after_the_grace_period() {
+        let h = Health::default();
+        let t0 = Instant::now();
+        let d = Duration::from_secs(5);
+        let nodes = ids(&[(1, NodeState::Up), (2, NodeState::Up), (3, NodeState::Down)]);
+        // Not the leader yet: no verdicts at all.
+        assert!(h.verdicts(nodes.clone().into_iter(), d, t0).is_empty());
+        h.set_leader(true);
+        h.record(Heartbeat {
+            node: NodeId(1),
+            healthy: true,
+        });
+        h.record(Heartbeat {
+            node: NodeId(3),
+            healthy: true,
+        });
+        // A fresh leader waits a whole timeout before judging.
+        assert!(h
+            .verdicts(nodes.clone().into_iter(), d, Instant::now())
+            .is_empty());
+        let later = Instant::now() + Duration::from_secs(6);
+        // Nobody heard from within 5 s of `later`: 1 and 2 go down; 3 stays down.
+        assert_eq!(
+            h.verdicts(nodes.clone().into_iter(), d, later),
+            ids(&[(1, NodeState::Down), (2, NodeState::Down)])
+        );
+        // Leader for long enough, heard from 1 and 3 just now, 2 never: 3 comes back
+        // up, 2 goes down.
+        *h.leader_since.lock().unwrap() = Some(t0 - Duration::from_secs(10));
+        assert_eq!(
+            h.verdicts(nodes.clone().into_iter(), d, Instant::now()),
+            ids(&[(2, NodeState::Down), (3, NodeState::Up)])
+        );
+        // A node that says its disk is full is kept down.
+        h.record(Heartbeat {
+            node: NodeId(1),
+            healthy: false,
+        });
+        assert_eq!(
+            h.verdicts(nodes.into_iter(), d, Instant::now()),
+            ids(&[
+                (1, NodeState::Down),
+                (2, NodeState::Down),
+                (3, NodeState::Up)
+            ])
+        );
+        // Losing leadership forgets the grace period.
+        h.set_leader(false);
+        assert!(h
+            .verdicts(ids(&[(2, NodeState::Up)]).into_iter(), d, Instant::now())
+            .is_empty());
+    }
+}

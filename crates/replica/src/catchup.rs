@@ -1,0 +1,249 @@
+//! Which of this node's object copies are known to be current, and the epoch the node
+//! has caught up with. This is what keeps a node that missed writes from serving them:
+//!
+//! - A copy is *pending* while it may lack acknowledged writes: the node gained the
+//!   object in a new epoch, or the node itself was down (a gateway acknowledged writes
+//!   without it, which it may only do after the node is marked down), or it just
+//!   started and the epoch moved while it was away. Reads of a pending copy are
+//!   refused (`StaleEpoch`, so the gateway reads another replica); a write to one
+//!   first recovers the object ([`Repair`]).
+//! - Writes carry the gateway's epoch. A write from an older epoch is refused with
+//!   `StaleEpoch` (the gateway retries on the newer map); one from a newer epoch waits
+//!   until this node has worked out its pending set for that epoch.
+//! - Per-object locks order writes against recovery copies: writes hold an object
+//!   shared, a copy (in or out) exclusively. So a copy served to a recovering node
+//!   contains every write this node admitted before it, and writes admitted after
+//!   carry the newer epoch and also reach the recovering node.
+//!
+//! The last epoch at which nothing held here was pending is persisted
+//! (`DATA/recovery.json`): a node restarted before the epoch moved is current at once.
+use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjectId, Result};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{watch, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+/// How long a request from a newer epoch waits for this node to catch up with it.
+pub const EPOCH_WAIT: Duration = Duration::from_secs(5);
+
+const STRIPES: usize = 256;
+
+/// Recovers one object here from a current copy elsewhere (implemented by the
+/// [`crate::Recoverer`]); the write path calls it for a pending object.
+pub trait Repair: Send + Sync {
+    /// Make this node's copy of `oid` current.
+    fn repair(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>>;
+
+    /// Replace this node's copy of `oid` (`len` bytes) with node `from`'s.
+    fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>>;
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    clean_epoch: u64,
+}
+
+struct Inner {
+    /// The epoch whose pending set is installed.
+    epoch: Epoch,
+    /// Copies here that may lack acknowledged writes.
+    pending: HashSet<ObjectId>,
+    /// Before the first pending set is installed, nothing is known to be current.
+    unknown: bool,
+    /// The last epoch at which nothing held here was pending.
+    clean_epoch: Epoch,
+}
+
+/// The catch-up state of this node's store.
+pub struct CatchUp {
+    inner: Mutex<Inner>,
+    epoch_tx: watch::Sender<Epoch>,
+    stripes: Vec<std::sync::Arc<RwLock<()>>>,
+    path: Option<PathBuf>,
+}
+
+impl CatchUp {
+    /// State persisted at `path` (none: in memory only, for tests). Nothing is
+    /// current until [`CatchUp::install`] runs.
+    pub fn open(path: Option<PathBuf>) -> CatchUp {
+        let clean = path
+            .as_ref()
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
+            .unwrap_or_default()
+            .clean_epoch;
+        let (epoch_tx, _) = watch::channel(Epoch(0));
+        CatchUp {
+            inner: Mutex::new(Inner {
+                epoch: Epoch(0),
+                pending: HashSet::new(),
+                unknown: true,
+                clean_epoch: Epoch(clean),
+            }),
+            epoch_tx,
+            stripes: (0..STRIPES)
+                .map(|_| std::sync::Arc::new(RwLock::new(())))
+                .collect(),
+            path,
+        }
+    }
+
+    /// Everything current at once, from epoch 0 (tests without recovery).
+    pub fn all_current() -> CatchUp {
+        let c = CatchUp::open(None);
+        c.install(Epoch(0), HashSet::new());
+        c
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The epoch this node has caught up with.
+    pub fn epoch(&self) -> Epoch {
+        self.lock().epoch
+    }
+
+    /// The persisted last epoch at which nothing here was pending.
+    pub fn clean_epoch(&self) -> Epoch {
+        self.lock().clean_epoch
+    }
+
+    /// Whether the first pending set was installed.
+    pub fn known(&self) -> bool {
+        !self.lock().unknown
+    }
+
+    /// Install the pending set of `epoch` and wake requests waiting for it.
+    pub fn install(&self, epoch: Epoch, pending: HashSet<ObjectId>) {
+        {
+            let mut g = self.lock();
+            g.epoch = epoch;
+            g.pending = pending;
+            g.unknown = false;
+        }
+        self.epoch_tx.send_replace(epoch);
+    }
+
+    /// Whether this node's copy of `oid` is known to hold every acknowledged write.
+    pub fn is_current(&self, oid: ObjectId) -> bool {
+        let g = self.lock();
+        !g.unknown && !g.pending.contains(&oid)
+    }
+
+    /// Mark `oid` pending (a scrub found it corrupt, a check found it different).
+    pub fn mark_pending(&self, oid: ObjectId) {
+        self.lock().pending.insert(oid);
+    }
+
+    /// Mark `oid` current after a copy.
+    pub fn mark_current(&self, oid: ObjectId) {
+        self.lock().pending.remove(&oid);
+    }
+
+    /// The pending copies.
+    pub fn pending(&self) -> Vec<ObjectId> {
+        let mut v: Vec<ObjectId> = self.lock().pending.iter().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// Record that nothing held at `epoch` is pending, on disk first.
+    pub fn set_clean(&self, epoch: Epoch) -> Result<()> {
+        if let Some(p) = &self.path {
+            let body = serde_json::to_vec(&Persisted {
+                clean_epoch: epoch.0,
+            })
+            .map_err(|e| Error::new(ErrorKind::Io, format!("encode recovery state: {e}")))?;
+            let tmp = p.with_extension("tmp");
+            std::fs::write(&tmp, body)
+                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|_| std::fs::rename(&tmp, p))
+                .map_err(|e| Error::io(format!("Cannot write {}", p.display()), e))?;
+        }
+        self.lock().clean_epoch = epoch;
+        Ok(())
+    }
+
+    /// Wait until this node has caught up with `epoch` (bounded by [`EPOCH_WAIT`]);
+    /// then refuse a request from an older epoch when `refuse_older`.
+    pub async fn admit_epoch(&self, epoch: Epoch, refuse_older: bool) -> Result<()> {
+        let mut rx = self.epoch_tx.subscribe();
+        let known = self.known();
+        if !known || *rx.borrow() < epoch {
+            let wait = rx.wait_for(|e| *e >= epoch && self.known());
+            match tokio::time::timeout(EPOCH_WAIT, wait).await {
+                Ok(Ok(_)) => {}
+                _ => {
+                    return Err(Error::unavailable(format!(
+                        "This node has not caught up with epoch {epoch} yet"
+                    )))
+                }
+            }
+        }
+        let mine = self.epoch();
+        if refuse_older && epoch < mine {
+            return Err(Error::new(
+                ErrorKind::StaleEpoch,
+                format!("Request from epoch {epoch}; this node is at epoch {mine}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn stripe(&self, oid: ObjectId) -> std::sync::Arc<RwLock<()>> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        oid.hash(&mut h);
+        self.stripes[(h.finish() as usize) % STRIPES].clone()
+    }
+
+    /// Hold `oid` for a write (shared with other writes).
+    pub async fn write_lock(&self, oid: ObjectId) -> OwnedRwLockReadGuard<()> {
+        self.stripe(oid).read_owned().await
+    }
+
+    /// Hold `oid` for a copy in or out (no write in flight meanwhile).
+    pub async fn copy_lock(&self, oid: ObjectId) -> OwnedRwLockWriteGuard<()> {
+        self.stripe(oid).write_owned().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::VdiId;
+
+    #[tokio::test]
+    async fn test_pending_copies_are_not_current_and_epochs_gate_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recovery.json");
+        let c = CatchUp::open(Some(path.clone()));
+        let o = ObjectId::new(VdiId(1), 0);
+        // Nothing is current before the first install.
+        assert!(!c.is_current(o));
+        c.install(Epoch(3), [o].into_iter().collect());
+        assert!(!c.is_current(o));
+        assert!(c.is_current(ObjectId::new(VdiId(1), 1)));
+        c.mark_current(o);
+        assert!(c.is_current(o));
+        // Older epochs are refused for writes, allowed otherwise; newer ones wait.
+        let e = c.admit_epoch(Epoch(2), true).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::StaleEpoch);
+        c.admit_epoch(Epoch(2), false).await.unwrap();
+        c.admit_epoch(Epoch(3), true).await.unwrap();
+        let waiter = c.admit_epoch(Epoch(4), true);
+        let install = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            c.install(Epoch(4), HashSet::new());
+        };
+        let (r, ()) = tokio::join!(waiter, install);
+        r.unwrap();
+        // The clean epoch survives a restart.
+        c.set_clean(Epoch(4)).unwrap();
+        assert_eq!(CatchUp::open(Some(path)).clean_epoch(), Epoch(4));
+    }
+}

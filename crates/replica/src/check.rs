@@ -1,0 +1,185 @@
+//! `drove vdi check` and scrub: compare the replicas of objects and repair the ones
+//! that differ or rot.
+//!
+//! - A check lists every object of a VDI on every up node and asks each replica for a
+//!   digest (crc32c of the whole object, which also verifies every block checksum).
+//!   Replicas agree when they all answer, none is corrupt or waiting for recovery,
+//!   and the digests are equal. With repair, every other replica is replaced by the
+//!   first good one in placement order. After a gateway crash any replica's copy is a
+//!   valid outcome for writes that no FLUSH covered (flushed writes are on all of
+//!   them), so picking one is enough; picking the same one for all is what matters.
+//! - A scrub reads every object stored on this node; a copy that fails its block
+//!   checksums is marked pending and recovered from a current replica.
+use drove_placement::locate;
+use drove_proto::ObjDigest;
+use drove_types::{NodeId, ObjectId, Result, VdiInfo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+use crate::local::blocking;
+use crate::recovery::Recoverer;
+
+/// One replica of one object as a check saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaView {
+    /// The node.
+    pub node: NodeId,
+    /// Its digest; `None` when it did not answer.
+    pub digest: Option<ObjDigest>,
+}
+
+/// An object whose replicas disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// The object.
+    pub oid: ObjectId,
+    /// Every replica.
+    pub replicas: Vec<ReplicaView>,
+    /// Whether a repair made them identical.
+    pub repaired: bool,
+}
+
+/// The result of `vdi check`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// Objects stored anywhere for the VDI.
+    pub objects: u64,
+    /// Objects whose replicas are identical.
+    pub identical: u64,
+    /// Objects whose replicas are not.
+    pub mismatched: Vec<Mismatch>,
+    /// Objects that have fewer replicas than the VDI's copies (nodes down).
+    pub degraded: u64,
+}
+
+/// The result of a scrub on one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Objects read.
+    pub objects: u64,
+    /// Copies that failed their checksums.
+    pub corrupt: u64,
+    /// Of those, copies replaced by a good one.
+    pub repaired: u64,
+}
+
+fn agree(ds: &[ReplicaView]) -> bool {
+    let mut crcs = BTreeSet::new();
+    for r in ds {
+        match r.digest {
+            Some(d) if d.current && !d.corrupt => {
+                crcs.insert(d.crc);
+            }
+            _ => return false,
+        }
+    }
+    crcs.len() <= 1
+}
+
+impl Recoverer {
+    /// Compare the replicas of every object of `vdi`; with `repair`, make the ones
+    /// that differ identical. The caller makes sure nothing writes the VDI meanwhile.
+    pub async fn check(&self, vdi: &VdiInfo, repair: bool) -> Result<CheckReport> {
+        let view = self.current_view();
+        let listed = self.list_all(&view.map).await;
+        let mut oids: Vec<ObjectId> = listed.keys().filter(|o| o.vdi == vdi.id).copied().collect();
+        oids.sort();
+        let mut report = CheckReport {
+            objects: oids.len() as u64,
+            ..Default::default()
+        };
+        let epoch = view.map.epoch;
+        for oid in oids {
+            let placed = locate(&view.map, oid, usize::from(vdi.copies));
+            if placed.len() < usize::from(vdi.copies) {
+                report.degraded += 1;
+            }
+            let replicas = self.views(&placed, oid, vdi.object_size, epoch).await;
+            if agree(&replicas) {
+                report.identical += 1;
+                continue;
+            }
+            let mut m = Mismatch {
+                oid,
+                replicas,
+                repaired: false,
+            };
+            if repair {
+                m.repaired = self.make_identical(&m, vdi, epoch).await;
+            }
+            report.mismatched.push(m);
+        }
+        Ok(report)
+    }
+
+    async fn views(
+        &self,
+        nodes: &[NodeId],
+        oid: ObjectId,
+        len: u32,
+        epoch: drove_types::Epoch,
+    ) -> Vec<ReplicaView> {
+        let got = self.digests_of(nodes, oid, len, epoch).await;
+        nodes
+            .iter()
+            .map(|&n| ReplicaView {
+                node: n,
+                digest: got.iter().find(|(x, _)| *x == n).map(|(_, d)| *d),
+            })
+            .collect()
+    }
+
+    async fn make_identical(&self, m: &Mismatch, vdi: &VdiInfo, epoch: drove_types::Epoch) -> bool {
+        let good = |r: &&ReplicaView| r.digest.is_some_and(|d| !d.corrupt);
+        let Some(src) = m
+            .replicas
+            .iter()
+            .filter(good)
+            .find(|r| r.digest.is_some_and(|d| d.current))
+            .or_else(|| m.replicas.iter().find(good))
+        else {
+            return false;
+        };
+        let src_crc = src.digest.map(|d| d.crc);
+        let mut ok = true;
+        for r in &m.replicas {
+            if r.node == src.node || (r.digest.map(|d| d.crc) == src_crc && good(&r)) {
+                if r.digest.is_some_and(|d| !d.current) {
+                    ok &= self
+                        .ask_repair(r.node, m.oid, vdi.object_size, r.node, epoch)
+                        .await;
+                }
+                continue;
+            }
+            ok &= self
+                .ask_repair(r.node, m.oid, vdi.object_size, src.node, epoch)
+                .await;
+        }
+        ok
+    }
+
+    /// Scrub this node: read every object it stores; recover copies that are corrupt.
+    pub async fn scrub(&self) -> Result<ScrubReport> {
+        let view = self.current_view();
+        let local = blocking(self.local_store().store(), |s| s.list()).await?;
+        let mut report = ScrubReport::default();
+        for oid in local {
+            let Some(vdi) = view.vdis.get(&oid.vdi) else {
+                continue;
+            };
+            report.objects += 1;
+            let d = self.local_store().digest(oid, vdi.object_size).await?;
+            if !d.corrupt {
+                continue;
+            }
+            report.corrupt += 1;
+            tracing::warn!(%oid, "scrub: the copy fails its checksums, recovering it");
+            self.local_store().catchup().mark_pending(oid);
+            match self.recover_now(oid).await {
+                Ok(()) => report.repaired += 1,
+                Err(e) => tracing::warn!(%oid, "scrub: cannot repair: {e}"),
+            }
+        }
+        Ok(report)
+    }
+}

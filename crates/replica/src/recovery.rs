@@ -1,0 +1,618 @@
+//! Recovery: at every epoch, each node works out which copies it holds may lack
+//! acknowledged writes ([`crate::catchup`]) and copies them from a current replica,
+//! at a limited rate, with progress for `drove cluster status`. A write that reaches a
+//! pending copy recovers that object first (on demand), so writes never wait for the
+//! whole pass.
+//!
+//! Which copies are pending at epoch N, coming from epoch P (the last epoch this node
+//! worked out, or after a restart the last epoch it was fully current at):
+//! - all of them if the node was down (or absent) in any epoch of (P, N]: a gateway
+//!   may have acknowledged writes without it, which it does only after marking it down;
+//! - otherwise those it holds at N but did not hold at P or some epoch between (the
+//!   epoch history keeps every map, so epochs this node never saw still count).
+//!
+//! The source of a copy is a replica that knows its own copy is current. When none
+//! does (every holder restarted after missing writes), the one with the latest
+//! clean epoch wins, this node included, so holders agree without talking.
+use bytes::Bytes;
+use drove_placement::locate;
+use drove_proto::{ObjDigest, PeerReq, PeerResp};
+use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result, VdiId, VdiInfo};
+use futures::future::{join_all, BoxFuture};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+use crate::catchup::Repair;
+use crate::local::{blocking, LocalStore};
+use crate::PeerPool;
+
+/// What recovery needs from the metadata: the map, the VDIs and every past map.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// The current map.
+    pub map: Arc<ClusterMap>,
+    /// Live VDIs by id.
+    pub vdis: BTreeMap<VdiId, VdiInfo>,
+    /// The map of every epoch, oldest first (the epoch history).
+    pub history: Arc<Vec<ClusterMap>>,
+}
+
+impl View {
+    fn holds(&self, map: &ClusterMap, node: NodeId, oid: ObjectId) -> bool {
+        self.vdis
+            .get(&oid.vdi)
+            .is_some_and(|v| locate(map, oid, usize::from(v.copies)).contains(&node))
+    }
+
+    /// The maps of epochs after `after` up to the current one.
+    fn maps_after(&self, after: Epoch) -> Vec<&ClusterMap> {
+        self.history.iter().filter(|m| m.epoch > after).collect()
+    }
+
+    /// The map at `epoch` (empty before the first epoch).
+    fn map_at(&self, epoch: Epoch) -> Option<&ClusterMap> {
+        self.history.iter().find(|m| m.epoch == epoch)
+    }
+}
+
+/// Recovery progress of one node, for `drove cluster status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// The epoch being recovered to.
+    pub epoch: u64,
+    /// Objects this node had to recover at this epoch.
+    pub total: u64,
+    /// Objects made current so far.
+    pub done: u64,
+    /// Objects whose copy failed (retried).
+    pub failed: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Seconds since the pass started.
+    pub elapsed_s: f64,
+    /// Bytes copied per second over the pass.
+    pub rate_bytes_s: f64,
+    /// Seconds left at that rate (None when unknown).
+    pub eta_s: Option<f64>,
+    /// The node is fully current at `epoch`.
+    pub clean: bool,
+    /// The configured rate limit, MiB/s (0: none).
+    pub limit_mib_s: u32,
+}
+
+struct Pass {
+    epoch: Epoch,
+    total: u64,
+    done: u64,
+    failed: u64,
+    bytes: u64,
+    started: Instant,
+    finished: Option<Instant>,
+    clean: bool,
+}
+
+/// The recovery engine of one node.
+pub struct Recoverer {
+    me: NodeId,
+    local: Arc<LocalStore>,
+    pool: Arc<PeerPool>,
+    view_tx: watch::Sender<Arc<View>>,
+    /// Who held which object at the last listing (this node included).
+    holders: Mutex<HashMap<ObjectId, Vec<NodeId>>>,
+    inflight: Mutex<HashMap<ObjectId, Arc<tokio::sync::Mutex<()>>>>,
+    pass: Mutex<Pass>,
+    limit_mib_s: AtomicU32,
+    bucket: tokio::sync::Mutex<Instant>,
+}
+
+impl Recoverer {
+    /// The engine of node `me`; it also becomes `local`'s on-demand [`Repair`].
+    pub fn new(me: NodeId, local: Arc<LocalStore>, pool: Arc<PeerPool>) -> Arc<Self> {
+        let (view_tx, _) = watch::channel(Arc::new(View::default()));
+        let r = Arc::new(Recoverer {
+            me,
+            local: local.clone(),
+            pool,
+            view_tx,
+            holders: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::new()),
+            pass: Mutex::new(Pass {
+                epoch: Epoch(0),
+                total: 0,
+                done: 0,
+                failed: 0,
+                bytes: 0,
+                started: Instant::now(),
+                finished: None,
+                clean: false,
+            }),
+            limit_mib_s: AtomicU32::new(0),
+            bucket: tokio::sync::Mutex::new(Instant::now()),
+        });
+        let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
+        local.set_repair(weak);
+        r
+    }
+
+    /// Hand over the metadata's latest view; the run loop picks it up.
+    pub fn update(&self, view: View, limit_mib_s: u32) {
+        self.limit_mib_s.store(limit_mib_s, Ordering::Relaxed);
+        self.view_tx.send_replace(Arc::new(view));
+    }
+
+    fn view(&self) -> Arc<View> {
+        self.view_tx.borrow().clone()
+    }
+
+    pub(crate) fn current_view(&self) -> Arc<View> {
+        self.view()
+    }
+
+    pub(crate) fn local_store(&self) -> &Arc<LocalStore> {
+        &self.local
+    }
+
+    /// This node's object store.
+    pub fn store(&self) -> &Arc<dyn drove_objstore::ObjectStore> {
+        self.local.store()
+    }
+
+    pub(crate) async fn recover_now(&self, oid: ObjectId) -> Result<()> {
+        self.recover(oid, false).await
+    }
+
+    /// Ask `node` to replace its copy of `oid` with `from`'s; true when it did.
+    pub(crate) async fn ask_repair(
+        &self,
+        node: NodeId,
+        oid: ObjectId,
+        len: u32,
+        from: NodeId,
+        epoch: Epoch,
+    ) -> bool {
+        let res = if node == self.me {
+            self.repair_from(oid, len, from).await
+        } else {
+            let req = PeerReq::Repair {
+                oid,
+                len,
+                from,
+                epoch,
+            };
+            self.pool.call(node, req, Bytes::new()).await.map(|_| ())
+        };
+        if let Err(e) = &res {
+            tracing::warn!(%oid, %node, %from, "repair failed: {e}");
+        }
+        res.is_ok()
+    }
+
+    /// This node's progress.
+    pub fn progress(&self) -> Progress {
+        let p = self.pass.lock().unwrap_or_else(|e| e.into_inner());
+        let end = p.finished.unwrap_or_else(Instant::now);
+        let elapsed = end.saturating_duration_since(p.started).as_secs_f64();
+        let rate = if elapsed > 0.0 {
+            p.bytes as f64 / elapsed
+        } else {
+            0.0
+        };
+        let left = p.total.saturating_sub(p.done);
+        let eta = if left == 0 {
+            Some(0.0)
+        } else if p.done > 0 && elapsed > 0.0 {
+            Some(elapsed / p.done as f64 * left as f64)
+        } else {
+            None
+        };
+        Progress {
+            epoch: p.epoch.0,
+            total: p.total,
+            done: p.done,
+            failed: p.failed,
+            bytes: p.bytes,
+            elapsed_s: elapsed,
+            rate_bytes_s: rate,
+            eta_s: eta,
+            clean: p.clean,
+            limit_mib_s: self.limit_mib_s.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Follow the views until the process ends: work out the pending copies of each
+    /// new epoch, then recover them.
+    pub async fn run(self: Arc<Self>) {
+        let mut rx = self.view_tx.subscribe();
+        loop {
+            let view = rx.borrow_and_update().clone();
+            if view.map.nodes.is_empty() {
+                // Not caught up with the metadata log yet.
+                if rx.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if view.map.epoch != self.local.catchup().epoch() || !self.local.catchup().known() {
+                self.transition(&view).await;
+            }
+            let finished = self.recover_all(&view, &rx).await;
+            if finished {
+                // Copies that moved away go once their new holders have caught up,
+                // which they do at their own pace: look again until none is left.
+                let left = match self.collect_moved(&view).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!("cannot drop copies that moved away: {e}");
+                        1
+                    }
+                };
+                if left == 0 {
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                } else {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+                }
+            } else if !rx.has_changed().unwrap_or(false) {
+                // Some copies failed: try again a little later unless the view moves.
+                let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+            }
+        }
+    }
+
+    /// Ask every up node what it stores; nodes that do not answer are left out.
+    pub(crate) async fn list_all(&self, map: &ClusterMap) -> HashMap<ObjectId, Vec<NodeId>> {
+        let asks = map.up_nodes().map(|n| n.id).map(|id| async move {
+            let res = if id == self.me {
+                blocking(self.local.store(), |s| s.list()).await
+            } else {
+                match self.pool.call(id, PeerReq::List, Bytes::new()).await {
+                    Ok((PeerResp::List(v), _)) => Ok(v),
+                    Ok(_) => Err(Error::invalid("Malformed list answer")),
+                    Err(e) => Err(e),
+                }
+            };
+            (id, res)
+        });
+        let mut out: HashMap<ObjectId, Vec<NodeId>> = HashMap::new();
+        for (id, res) in join_all(asks).await {
+            match res {
+                Ok(oids) => {
+                    for o in oids {
+                        out.entry(o).or_default().push(id);
+                    }
+                }
+                Err(e) => tracing::warn!(node = %id, "cannot list its objects: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Work out and install the pending copies of `view`'s epoch.
+    async fn transition(&self, view: &View) {
+        let cu = self.local.catchup();
+        let epoch = view.map.epoch;
+        let from = if cu.known() {
+            cu.epoch()
+        } else {
+            cu.clean_epoch()
+        };
+        let up = |m: &ClusterMap| m.node(self.me).is_some_and(|n| n.state == NodeState::Up);
+        let later = view.maps_after(from);
+        let returning = !up(&view.map) || later.iter().any(|m| !up(m));
+        let listed = self.list_all(&view.map).await;
+        let mut pending: HashSet<ObjectId> = cu.pending().into_iter().collect();
+        let local: Vec<ObjectId> = listed
+            .iter()
+            .filter(|(_, h)| h.contains(&self.me))
+            .map(|(o, _)| *o)
+            .collect();
+        let empty = ClusterMap::default();
+        let before = view.map_at(from).unwrap_or(&empty);
+        for (&oid, _) in listed.iter() {
+            if !view.holds(&view.map, self.me, oid) {
+                continue;
+            }
+            let gained = !view.holds(before, self.me, oid)
+                || later.iter().any(|m| !view.holds(m, self.me, oid));
+            if returning || gained {
+                pending.insert(oid);
+            }
+        }
+        if returning {
+            // Copies this node no longer holds are stale too: never a source.
+            pending.extend(local);
+        }
+        let held = pending
+            .iter()
+            .filter(|&&o| view.holds(&view.map, self.me, o))
+            .count();
+        tracing::info!(
+            node = %self.me, %epoch, from = %from, returning, pending = pending.len(), held,
+            "recovery: epoch worked out"
+        );
+        *self.holders.lock().unwrap_or_else(|e| e.into_inner()) = listed;
+        cu.install(epoch, pending);
+        let mut p = self.pass.lock().unwrap_or_else(|e| e.into_inner());
+        *p = Pass {
+            epoch,
+            total: held as u64,
+            done: 0,
+            failed: 0,
+            bytes: 0,
+            started: Instant::now(),
+            finished: None,
+            clean: false,
+        };
+    }
+
+    /// Recover every pending copy this node holds; true when none is left (then the
+    /// epoch is recorded as clean). Stops early when a newer view arrives.
+    async fn recover_all(&self, view: &View, rx: &watch::Receiver<Arc<View>>) -> bool {
+        let cu = self.local.catchup();
+        let todo: Vec<ObjectId> = cu
+            .pending()
+            .into_iter()
+            .filter(|&o| view.holds(&view.map, self.me, o))
+            .collect();
+        for oid in todo {
+            if rx.has_changed().unwrap_or(false) {
+                return false;
+            }
+            match self.recover(oid, true).await {
+                Ok(()) => self.count(|p| p.done += 1),
+                Err(e) => {
+                    tracing::warn!(%oid, "recovery of the object failed: {e}");
+                    self.count(|p| p.failed += 1);
+                }
+            }
+        }
+        let left = cu
+            .pending()
+            .into_iter()
+            .any(|o| view.holds(&view.map, self.me, o));
+        if left {
+            return false;
+        }
+        if let Err(e) = cu.set_clean(view.map.epoch) {
+            tracing::warn!("cannot record the clean epoch: {e}");
+        }
+        self.count(|p| {
+            p.clean = true;
+            p.finished.get_or_insert_with(Instant::now);
+        });
+        true
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Pass)) {
+        f(&mut self.pass.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn slot(&self, oid: ObjectId) -> Arc<tokio::sync::Mutex<()>> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(oid)
+            .or_default()
+            .clone()
+    }
+
+    /// Make this node's copy of `oid` current (one copy of an object at a time).
+    async fn recover(&self, oid: ObjectId, limited: bool) -> Result<()> {
+        let slot = self.slot(oid);
+        let _one = slot.lock().await;
+        let cu = self.local.catchup();
+        if cu.is_current(oid) {
+            return Ok(());
+        }
+        let view = self.view();
+        let Some(vdi) = view.vdis.get(&oid.vdi) else {
+            // A deleted VDI: no write can come; its objects are collected.
+            cu.mark_current(oid);
+            return Ok(());
+        };
+        let len = vdi.object_size;
+        let placed = locate(&view.map, oid, usize::from(vdi.copies));
+        let mut others: Vec<NodeId> = self
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&oid)
+            .cloned()
+            .unwrap_or_default();
+        others.extend(placed.iter().copied());
+        others.retain(|&n| {
+            n != self.me && view.map.node(n).is_some_and(|x| x.state == NodeState::Up)
+        });
+        // Current holders first, in placement order.
+        others.sort_by_key(|n| placed.iter().position(|p| p == n).unwrap_or(usize::MAX));
+        others.dedup();
+        let digests = self.digests_of(&others, oid, len, view.map.epoch).await;
+        let mine = self.local.digest(oid, len).await?;
+        let source = digests
+            .iter()
+            .find(|(_, d)| d.current && !d.corrupt)
+            .map(|(n, d)| (*n, *d, false))
+            .or_else(|| {
+                // Nobody knows it is current: the latest clean epoch wins (ties: the
+                // first in placement order, this node counted as placed first).
+                let me = (self.me, mine);
+                std::iter::once(&me)
+                    .chain(digests.iter())
+                    .filter(|(_, d)| !d.corrupt && d.present)
+                    .max_by_key(|(_, d)| d.clean_epoch)
+                    .map(|(n, d)| (*n, *d, true))
+            });
+        let Some((src, d, force)) = source else {
+            // No copy anywhere else: this one (or nothing) is all there is.
+            cu.mark_current(oid);
+            return Ok(());
+        };
+        if src == self.me || (d.crc == mine.crc && !mine.corrupt) {
+            cu.mark_current(oid);
+            return Ok(());
+        }
+        self.copy(oid, len, src, force, limited).await
+    }
+
+    pub(crate) async fn digests_of(
+        &self,
+        nodes: &[NodeId],
+        oid: ObjectId,
+        len: u32,
+        epoch: Epoch,
+    ) -> Vec<(NodeId, ObjDigest)> {
+        let asks = nodes.iter().map(|&n| async move {
+            let req = PeerReq::Digest {
+                oids: vec![oid],
+                len,
+                epoch,
+            };
+            match self.pool.call(n, req, Bytes::new()).await {
+                Ok((PeerResp::Digests(d), _)) if d.len() == 1 => Some((n, d[0])),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!(%oid, node = %n, "no digest: {e}");
+                    None
+                }
+            }
+        });
+        join_all(asks).await.into_iter().flatten().collect()
+    }
+
+    /// Replace the local copy of `oid` with `src`'s and mark it current.
+    async fn copy(
+        &self,
+        oid: ObjectId,
+        len: u32,
+        src: NodeId,
+        force: bool,
+        limited: bool,
+    ) -> Result<()> {
+        let epoch = self.view().map.epoch;
+        let req = PeerReq::Fetch {
+            oid,
+            len,
+            epoch,
+            force,
+        };
+        let (_, data) = self.pool.call(src, req, Bytes::new()).await?;
+        if data.len() != len as usize {
+            return Err(Error::invalid(format!(
+                "Node {src} sent {} bytes of object {oid}, not {len}",
+                data.len()
+            )));
+        }
+        if limited {
+            self.throttle(data.len() as u64).await;
+        }
+        let cu = self.local.catchup();
+        let _held = cu.copy_lock(oid).await;
+        let written = blocking(self.local.store(), move |s| write_sparse(s, oid, &data)).await?;
+        cu.mark_current(oid);
+        self.count(|p| p.bytes += written);
+        tracing::debug!(%oid, from = %src, bytes = written, "object recovered");
+        Ok(())
+    }
+
+    /// Keep the copy rate under the limit: a token bucket whose tokens are time.
+    async fn throttle(&self, bytes: u64) {
+        let limit = u64::from(self.limit_mib_s.load(Ordering::Relaxed)) << 20;
+        if limit == 0 {
+            return;
+        }
+        let cost = Duration::from_secs_f64(bytes as f64 / limit as f64);
+        let wait = {
+            let mut next = self.bucket.lock().await;
+            let now = Instant::now();
+            // At most one second of unused budget is carried over.
+            let start = (*next).max(now - Duration::from_secs(1).min(now.elapsed()));
+            *next = start.max(now - Duration::from_secs(1)) + cost;
+            next.saturating_duration_since(now)
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Delete copies this node no longer holds once every holder has a current copy
+    /// with the same content; returns how many such copies are still here.
+    async fn collect_moved(&self, view: &View) -> Result<usize> {
+        let mut left = 0;
+        let local = blocking(self.local.store(), |s| s.list()).await?;
+        for oid in local {
+            let Some(vdi) = view.vdis.get(&oid.vdi) else {
+                continue;
+            };
+            let placed = locate(&view.map, oid, usize::from(vdi.copies));
+            if placed.contains(&self.me) || placed.len() < usize::from(vdi.copies) {
+                continue;
+            }
+            let mine = self.local.digest(oid, vdi.object_size).await?;
+            let ds = self
+                .digests_of(&placed, oid, vdi.object_size, view.map.epoch)
+                .await;
+            left += 1;
+            let confirmed = ds.len() == placed.len()
+                && ds
+                    .iter()
+                    .all(|(_, d)| d.current && !d.corrupt && (mine.corrupt || d.crc == mine.crc));
+            if confirmed {
+                let cu = self.local.catchup();
+                let _held = cu.copy_lock(oid).await;
+                blocking(self.local.store(), move |s| s.delete(oid)).await?;
+                cu.mark_current(oid);
+                left -= 1;
+                tracing::debug!(%oid, "dropped a copy that moved away");
+            }
+        }
+        Ok(left)
+    }
+}
+
+/// Write `data` as object `oid`, leaving all-zero 4 KiB blocks unallocated; returns
+/// the bytes stored. The old copy is removed first.
+fn write_sparse(s: &dyn drove_objstore::ObjectStore, oid: ObjectId, data: &[u8]) -> Result<u64> {
+    const B: usize = drove_types::BLOCK_SIZE as usize;
+    s.delete(oid)?;
+    let mut stored = 0u64;
+    let mut i = 0;
+    while i < data.len() {
+        let zero = |k: usize| data[k..(k + B).min(data.len())].iter().all(|&b| b == 0);
+        if zero(i) {
+            i += B;
+            continue;
+        }
+        let start = i;
+        while i < data.len() && !zero(i) {
+            i += B;
+        }
+        let end = i.min(data.len());
+        s.write(oid, start as u64, &data[start..end])?;
+        stored += (end - start) as u64;
+    }
+    s.flush(&[oid])?;
+    Ok(stored)
+}
+
+impl Repair for Recoverer {
+    fn repair(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.recover(oid, false))
+    }
+
+    fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let slot = self.slot(oid);
+            let _one = slot.lock().await;
+            if from == self.me {
+                self.local.catchup().mark_current(oid);
+                return Ok(());
+            }
+            self.copy(oid, len, from, true, false).await
+        })
+    }
+}
