@@ -5,6 +5,7 @@
 //! "not run: ..." and return, never pass silently.
 #![allow(dead_code)]
 
+pub mod netns;
 pub mod vm;
 
 use std::path::Path;
