@@ -43,7 +43,18 @@ pub struct DownArgs {
     dir: PathBuf,
 }
 
+/// A free port below Linux's ephemeral range (32768 and up by default). A port
+/// the kernel hands out for `:0` is ephemeral: between this check and the node's
+/// bind, any outgoing connection on the host could take it.
 fn free_port() -> Result<u16> {
+    use std::hash::BuildHasher;
+    for i in 0u32..1000 {
+        let r = std::collections::hash_map::RandomState::new().hash_one((i, std::process::id()));
+        let p = 20000 + (r % 12000) as u16;
+        if port_free(p) {
+            return Ok(p);
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").context("Cannot find a free port")?;
     Ok(l.local_addr()?.port())
 }

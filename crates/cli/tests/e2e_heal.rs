@@ -300,12 +300,18 @@ fn test_sigkill_gateway_mid_writes_then_attach_elsewhere_keeps_flushed_data() {
     qemu_io(&c.nodes[2].uri("gw"), &["read -P 0x78 0 1M".into()]);
 }
 
+/// A free port below the ephemeral range, so no outgoing connection takes it
+/// before the node binds it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::BuildHasher;
+    (0u32..1000)
+        .map(|i| {
+            let r =
+                std::collections::hash_map::RandomState::new().hash_one((i, std::process::id()));
+            20000 + (r % 12000) as u16
+        })
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port")
 }
 
 /// Bytes allocated under a directory (sparse files count what they use).
@@ -446,4 +452,80 @@ fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
     assert_eq!(r["identical"], r["objects"], "{r}");
     let _ = node4.kill();
     let _ = node4.wait();
+}
+
+/// Unmounts (and removes) a mount point when dropped.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns() {
+    if !have("qemu-io") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not run: mounting a small tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store3 = dir.path().join("node3/store");
+    std::fs::create_dir_all(&store3).unwrap();
+    let o = run(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&store3));
+    assert!(o.status.success(), "mount: {}", text(&o));
+    let _mounted = Mounted(store3.clone());
+    let c = Cluster::start_in(dir, 3, 3);
+    c.create_vdi("full", "128M", &["--copies", "3"]);
+    c.create_vdi("strict", "16M", &["--copies", "3", "--min-copies", "3"]);
+
+    // 64 MiB does not fit on node 3: it fails there, is marked down, and the write
+    // completes on the two others (min_copies 2).
+    let w: Vec<String> = (0..4)
+        .map(|i| format!("write -P {} {}M 16M", 0x61 + i, i * 16))
+        .chain(["flush".to_string()])
+        .collect();
+    qemu_io(&c.nodes[0].uri("full"), &w);
+    assert_eq!(node_state(&c, 0, 3), "Down");
+    let r: Vec<String> = (0..4)
+        .map(|i| format!("read -P {} {}M 16M", 0x61 + i, i * 16))
+        .collect();
+    qemu_io(&c.nodes[1].uri("full"), &r);
+    // A VDI that needs all three copies gets a clear error instead.
+    let o = run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -P 1 0 1M",
+        &c.nodes[0].uri("strict"),
+    ]));
+    let t = text(&o);
+    assert!(
+        t.contains("Input/output error") || t.contains("No space left"),
+        "a write below min_copies must fail: {t}"
+    );
+    // Node 3 stays down while its disk is full (its heartbeats say so).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(node_state(&c, 0, 3), "Down");
+
+    // Space comes back: node 3 is up again, recovers, and every replica matches.
+    let o = run(Command::new("mount")
+        .args(["-o", "remount,size=512m"])
+        .arg(&store3));
+    assert!(o.status.success(), "remount: {}", text(&o));
+    wait_until(Duration::from_secs(20), "node 3 back up", || {
+        node_state(&c, 0, 3) == "Up"
+    });
+    wait_recovered(&c, 0, Duration::from_secs(120));
+    let r2 = check(&c, 0, "full", false);
+    assert_eq!(r2["identical"], r2["objects"], "{r2}");
+    assert_eq!(r2["degraded"], 0, "{r2}");
+    qemu_io(&c.nodes[2].uri("full"), &r);
 }

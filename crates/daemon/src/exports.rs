@@ -59,7 +59,13 @@ impl VdiExports {
         // A holder that is up and answers is a live gateway (a second attachment is
         // fine: it reads, or asks for a hand-over). One that does not answer may have
         // died a moment ago, before the failure detector noticed.
-        if holder_up && !expired && self.gateway.ping(lock.owner).await.is_ok() {
+        let answers = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            self.gateway.ping(lock.owner),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        if holder_up && !expired && answers {
             return Ok(());
         }
         if !expired {
@@ -70,6 +76,22 @@ impl VdiExports {
         let Some(r) = self.recoverer.get() else {
             return Ok(());
         };
+        // Hold the VDI's lock for the repair: the old holder cannot renew its lease
+        // and write behind it. The lock stays with this node for its clients (it
+        // expires if none writes).
+        match self.locks.acquire(info).await {
+            Ok(_) => {}
+            // Another node took the VDI over meanwhile; it made the replicas identical.
+            Err(e) if e.kind() == drove_types::ErrorKind::Locked => return Ok(()),
+            // No metadata majority: nobody can write the VDI, so serve reads as they
+            // are (replicas may differ only where no FLUSH covered the dead gateway's
+            // writes) rather than refuse them.
+            Err(e) if e.kind() == drove_types::ErrorKind::Unavailable => {
+                tracing::warn!(vdi = %info.name, "serving without the post-crash repair: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
         let report = r.check(info, true).await?;
         let fixed = report.mismatched.iter().filter(|m| m.repaired).count();
         tracing::info!(

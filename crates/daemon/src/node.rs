@@ -117,7 +117,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         recoverer.clone(),
     ));
     let recovery_task = tokio::spawn(recoverer.clone().run());
-    let health_task = tokio::spawn(meta.clone().run_health(|| true));
+    let data_dir = cfg.data.join("store");
+    let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
     let nbd = Arc::new(NbdServer::new(exports, metrics));
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
     let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
@@ -144,4 +145,24 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     peer_task.abort();
     admin_task.abort();
     Ok(())
+}
+
+/// Free space below which a node reports itself unhealthy (kept down, so writes go
+/// to the other replicas; it recovers once space comes back).
+const MIN_FREE: u64 = 16 << 20;
+
+/// Whether the filesystem of `dir` has room for more objects.
+fn has_room(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return true;
+    };
+    // SAFETY: statvfs is plain old data; all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes only into `st`; `path` is NUL-terminated and outlives
+    // the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return true;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= MIN_FREE
 }

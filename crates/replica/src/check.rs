@@ -81,7 +81,9 @@ impl Recoverer {
     /// that differ identical. The caller makes sure nothing writes the VDI meanwhile.
     pub async fn check(&self, vdi: &VdiInfo, repair: bool) -> Result<CheckReport> {
         let view = self.current_view();
-        let listed = self.list_all(&view.map).await;
+        // A node that does not answer the listing (cut off, not yet marked down) is
+        // reported as not answering rather than asked again for every object.
+        let (listed, silent) = self.list_answering(&view.map).await;
         let mut oids: Vec<ObjectId> = listed.keys().filter(|o| o.vdi == vdi.id).copied().collect();
         oids.sort();
         let mut report = CheckReport {
@@ -94,7 +96,9 @@ impl Recoverer {
             if placed.len() < usize::from(vdi.copies) {
                 report.degraded += 1;
             }
-            let replicas = self.views(&placed, oid, vdi.object_size, epoch).await;
+            let replicas = self
+                .views(&placed, &silent, oid, vdi.object_size, epoch)
+                .await;
             if agree(&replicas) {
                 report.identical += 1;
                 continue;
@@ -115,11 +119,17 @@ impl Recoverer {
     async fn views(
         &self,
         nodes: &[NodeId],
+        silent: &[NodeId],
         oid: ObjectId,
         len: u32,
         epoch: drove_types::Epoch,
     ) -> Vec<ReplicaView> {
-        let got = self.digests_of(nodes, oid, len, epoch).await;
+        let ask: Vec<NodeId> = nodes
+            .iter()
+            .copied()
+            .filter(|n| !silent.contains(n))
+            .collect();
+        let got = self.digests_of(&ask, oid, len, epoch).await;
         nodes
             .iter()
             .map(|&n| ReplicaView {

@@ -30,6 +30,9 @@ use crate::catchup::Repair;
 use crate::local::{blocking, LocalStore};
 use crate::PeerPool;
 
+/// How long listing and digest requests wait for a node.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What recovery needs from the metadata: the map, the VDIs and every past map.
 #[derive(Debug, Clone, Default)]
 pub struct View {
@@ -264,13 +267,32 @@ impl Recoverer {
         }
     }
 
+    /// A listing or digest request: a node that takes longer than this (cut off but
+    /// not yet marked down) is left out rather than waited for.
+    async fn short_call(&self, node: NodeId, req: PeerReq) -> Result<(PeerResp, Bytes)> {
+        match tokio::time::timeout(CONTROL_TIMEOUT, self.pool.call(node, req, Bytes::new())).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::unavailable(format!(
+                "Node {node} did not answer within {CONTROL_TIMEOUT:?}"
+            ))),
+        }
+    }
+
     /// Ask every up node what it stores; nodes that do not answer are left out.
     pub(crate) async fn list_all(&self, map: &ClusterMap) -> HashMap<ObjectId, Vec<NodeId>> {
+        self.list_answering(map).await.0
+    }
+
+    /// Like [`Recoverer::list_all`], also returning the nodes that did not answer.
+    pub(crate) async fn list_answering(
+        &self,
+        map: &ClusterMap,
+    ) -> (HashMap<ObjectId, Vec<NodeId>>, Vec<NodeId>) {
         let asks = map.up_nodes().map(|n| n.id).map(|id| async move {
             let res = if id == self.me {
                 blocking(self.local.store(), |s| s.list()).await
             } else {
-                match self.pool.call(id, PeerReq::List, Bytes::new()).await {
+                match self.short_call(id, PeerReq::List).await {
                     Ok((PeerResp::List(v), _)) => Ok(v),
                     Ok(_) => Err(Error::invalid("Malformed list answer")),
                     Err(e) => Err(e),
@@ -279,6 +301,7 @@ impl Recoverer {
             (id, res)
         });
         let mut out: HashMap<ObjectId, Vec<NodeId>> = HashMap::new();
+        let mut silent = Vec::new();
         for (id, res) in join_all(asks).await {
             match res {
                 Ok(oids) => {
@@ -286,10 +309,13 @@ impl Recoverer {
                         out.entry(o).or_default().push(id);
                     }
                 }
-                Err(e) => tracing::warn!(node = %id, "cannot list its objects: {e}"),
+                Err(e) => {
+                    tracing::warn!(node = %id, "cannot list its objects: {e}");
+                    silent.push(id);
+                }
             }
         }
-        out
+        (out, silent)
     }
 
     /// Work out and install the pending copies of `view`'s epoch.
@@ -472,7 +498,7 @@ impl Recoverer {
                 len,
                 epoch,
             };
-            match self.pool.call(n, req, Bytes::new()).await {
+            match self.short_call(n, req).await {
                 Ok((PeerResp::Digests(d), _)) if d.len() == 1 => Some((n, d[0])),
                 Ok(_) => None,
                 Err(e) => {

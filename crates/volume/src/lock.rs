@@ -98,14 +98,28 @@ impl WriteLock {
         if let Some(g) = Self::usable(&self.snapshot())? {
             return Ok((g, guard));
         }
-        let _one = self.acquiring.lock().await;
+        // The whole acquisition, queueing behind another one included, is bounded: a
+        // gateway cut off from the metadata majority fails writes within the
+        // patience instead of holding them for the metadata's own timeouts.
+        let deadline = Instant::now() + ACQUIRE_PATIENCE;
+        let no_lock = || {
+            Error::unavailable(format!(
+                "VDI '{}': could not take the write lock within {ACQUIRE_PATIENCE:?} (metadata majority unreachable?)",
+                vdi.name
+            ))
+        };
+        let _one = tokio::time::timeout_at(deadline.into(), self.acquiring.lock())
+            .await
+            .map_err(|_| no_lock())?;
         if let Some(g) = Self::usable(&self.snapshot())? {
             return Ok((g, guard));
         }
-        let deadline = Instant::now() + ACQUIRE_PATIENCE;
         loop {
             let asked = Instant::now();
-            match svc.acquire(vdi).await {
+            let res = tokio::time::timeout_at(deadline.into(), svc.acquire(vdi))
+                .await
+                .map_err(|_| no_lock())?;
+            match res {
                 Ok(lease) => {
                     self.update(|h| {
                         h.generation = lease.generation;
@@ -120,6 +134,16 @@ impl WriteLock {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Until when writes under the current lease may be acknowledged (`None`: no
+    /// lease). A write still unanswered then fails instead of being acknowledged late.
+    pub fn write_deadline(&self) -> Option<Instant> {
+        let h = self.snapshot();
+        if h.retired.is_some() {
+            return None;
+        }
+        h.valid_until.map(|t| t - SAFETY)
     }
 
     /// Whether a background renewal should start (and mark it started).

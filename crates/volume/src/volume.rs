@@ -160,19 +160,52 @@ impl Volume {
         Ok(out.freeze())
     }
 
+    /// Run a write, failing it if the lease it was admitted under runs out first
+    /// (renewals push the deadline out). A gateway cut off from the metadata thus
+    /// stops acknowledging writes within its lease, however long replicas take.
+    async fn within_lease<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::pin!(fut);
+        loop {
+            let Some(deadline) = self.lock.write_deadline() else {
+                return Err(Error::new(
+                    drove_types::ErrorKind::Locked,
+                    format!(
+                        "VDI '{}': the write lock was lost during the write",
+                        self.info().name
+                    ),
+                ));
+            };
+            tokio::select! {
+                res = &mut fut => return res,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    if self.lock.write_deadline().is_some_and(|d| d > deadline) {
+                        continue;
+                    }
+                    return Err(Error::unavailable(format!(
+                        "VDI '{}': the write did not complete within the write lock's lease",
+                        self.info().name
+                    )));
+                }
+            }
+        }
+    }
+
     /// Write `data` at `offset` on every replica; with `fua`, durably.
     pub async fn write(self: &Arc<Self>, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         let info = self.info();
         Self::check(&info, offset, data.len() as u64)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
         let ex = extents(u64::from(info.object_size), offset, data.len() as u64);
-        try_join_all(ex.iter().map(|e| {
+        self.within_lease(try_join_all(ex.iter().map(|e| {
             let oid = ObjectId::new(info.id, e.index);
             let start = e.buf_offset as usize;
             let part = data.slice(start..start + e.len as usize);
             self.gateway
                 .write(&info, oid, e.offset, part, fua, generation)
-        }))
+        })))
         .await?;
         self.mark_dirty(&info, &ex, fua);
         Ok(())
@@ -184,11 +217,11 @@ impl Volume {
         Self::check(&info, offset, len)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
         let ex = extents(u64::from(info.object_size), offset, len);
-        try_join_all(ex.iter().map(|e| {
+        self.within_lease(try_join_all(ex.iter().map(|e| {
             let oid = ObjectId::new(info.id, e.index);
             self.gateway
                 .write_zeroes(&info, oid, e.offset, e.len, fua, generation)
-        }))
+        })))
         .await?;
         self.mark_dirty(&info, &ex, fua);
         Ok(())

@@ -90,7 +90,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(nodes: usize, zones: usize) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), nodes, zones)
+    }
+
+    /// Like [`Cluster::start`] in a directory the test prepared (node i's data is
+    /// `dir/node<i+1>`, e.g. with a small filesystem mounted on its `store`).
+    pub fn start_in(dir: tempfile::TempDir, nodes: usize, zones: usize) -> Cluster {
         let o = run(Command::new(drove_bin()).args([
             "up",
             "--nodes",
