@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// metadata stops writing after this, and another node may take the VDI.
     #[arg(long, default_value_t = 15)]
     pub lock_lease: u64,
+    /// Seconds between background scrubs of this node's objects (reads every object
+    /// at the recovery rate limit, repairs rotten copies); 0 turns them off.
+    #[arg(long, default_value_t = 86400)]
+    pub scrub_every: u64,
 }
 
 fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
@@ -114,6 +118,7 @@ async fn run_node(a: RunArgs) -> Result<()> {
         join: a.join,
         max_voters: a.max_voters.max(1),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
+        scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
     };
     drove_daemon::run(cfg, shutdown_signal())
         .await

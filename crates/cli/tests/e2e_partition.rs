@@ -230,13 +230,7 @@ fn lock_of(net: &NetCluster, i: usize) -> (Option<u64>, Option<u64>, String) {
     )
 }
 
-// Ignored: it fails today, and the failure is a real finding to fix, not a flaky test
-// (docs/self-healing.md, "Not built yet"): writes in flight on the cut-off gateway
-// fail only after the 10 s peer timeout instead of within the 6 s lease, and the
-// majority side's attach waits on the cut-off node during its crash-consistency pass.
-// Nothing unacknowledged is lost in those runs. Run it with `-- --ignored`.
 #[test]
-#[ignore = "known failure: cut-off gateway's writes outlive the lease; takeover waits for the heal"]
 fn test_cut_off_gateway_is_fenced_and_majority_takes_over() {
     if let Some(why) = netns::unavailable() {
         eprintln!("not run: {why}");

@@ -24,6 +24,8 @@ pub struct NodeConfig {
     /// Lease of a VDI write lock; a gateway cut off from the metadata stops writing
     /// when it ends, and another node may then take the VDI.
     pub lock_lease: std::time::Duration,
+    /// Pause between background scrubs of this node's objects (`None`: never).
+    pub scrub_every: Option<std::time::Duration>,
 }
 
 impl NodeConfig {

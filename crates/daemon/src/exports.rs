@@ -93,6 +93,27 @@ impl VdiExports {
             Err(e) => return Err(e),
         }
         let report = r.check(info, true).await?;
+        // Replicas that did not answer were not repaired: mark them down, so they
+        // recover every copy before serving again.
+        let silent: std::collections::BTreeSet<drove_types::NodeId> = report
+            .mismatched
+            .iter()
+            .flat_map(|m| {
+                m.replicas
+                    .iter()
+                    .filter(|v| v.digest.is_none())
+                    .map(|v| v.node)
+            })
+            .collect();
+        for id in silent {
+            tracing::warn!(vdi = %info.name, node = %id, "replica did not answer the post-crash check: marking it down");
+            self.meta
+                .execute(drove_meta::Command::SetNodeState {
+                    id,
+                    state: drove_types::NodeState::Down,
+                })
+                .await?;
+        }
         let fixed = report.mismatched.iter().filter(|m| m.repaired).count();
         tracing::info!(
             vdi = %info.name, objects = report.objects, differing = report.mismatched.len(),

@@ -117,6 +117,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         recoverer.clone(),
     ));
     let recovery_task = tokio::spawn(recoverer.clone().run());
+    let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let data_dir = cfg.data.join("store");
     let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
     let nbd = Arc::new(NbdServer::new(exports, metrics));
@@ -141,6 +142,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     watch_task.abort();
     recovery_task.abort();
     routes_task.abort();
+    scrub_task.abort();
     health_task.abort();
     peer_task.abort();
     admin_task.abort();
@@ -165,4 +167,23 @@ fn has_room(dir: &std::path::Path) -> bool {
         return true;
     }
     (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= MIN_FREE
+}
+
+/// Scrub this node's objects every `every`, paced by the recovery rate limit.
+async fn background_scrub(r: Arc<Recoverer>, every: Option<Duration>) {
+    let Some(every) = every else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        match r.scrub_paced().await {
+            Ok(rep) => tracing::info!(
+                objects = rep.objects,
+                corrupt = rep.corrupt,
+                repaired = rep.repaired,
+                "background scrub done"
+            ),
+            Err(e) => tracing::warn!("background scrub failed: {e}"),
+        }
+    }
 }

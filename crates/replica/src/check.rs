@@ -153,6 +153,11 @@ impl Recoverer {
         let src_crc = src.digest.map(|d| d.crc);
         let mut ok = true;
         for r in &m.replicas {
+            if r.digest.is_none() {
+                // Unreachable: it cannot be repaired now. The caller marks it down, so
+                // it recovers every copy before serving again.
+                continue;
+            }
             if r.node == src.node || (r.digest.map(|d| d.crc) == src_crc && good(&r)) {
                 if r.digest.is_some_and(|d| !d.current) {
                     ok &= self
@@ -170,6 +175,16 @@ impl Recoverer {
 
     /// Scrub this node: read every object it stores; recover copies that are corrupt.
     pub async fn scrub(&self) -> Result<ScrubReport> {
+        self.scrub_at(false).await
+    }
+
+    /// Like [`Recoverer::scrub`], reading no faster than the recovery rate limit (the
+    /// background scrub must not take the disk from the VMs).
+    pub async fn scrub_paced(&self) -> Result<ScrubReport> {
+        self.scrub_at(true).await
+    }
+
+    async fn scrub_at(&self, paced: bool) -> Result<ScrubReport> {
         let view = self.current_view();
         let local = blocking(self.local_store().store(), |s| s.list()).await?;
         let mut report = ScrubReport::default();
@@ -178,6 +193,9 @@ impl Recoverer {
                 continue;
             };
             report.objects += 1;
+            if paced {
+                self.pace(u64::from(vdi.object_size)).await;
+            }
             let d = self.local_store().digest(oid, vdi.object_size).await?;
             if !d.corrupt {
                 continue;

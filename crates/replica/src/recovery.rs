@@ -545,6 +545,10 @@ impl Recoverer {
         Ok(())
     }
 
+    pub(crate) async fn pace(&self, bytes: u64) {
+        self.throttle(bytes).await;
+    }
+
     /// Keep the copy rate under the limit: a token bucket whose tokens are time.
     async fn throttle(&self, bytes: u64) {
         let limit = u64::from(self.limit_mib_s.load(Ordering::Relaxed)) << 20;
