@@ -114,11 +114,14 @@ impl WriteLock {
         if let Some(g) = Self::usable(&self.snapshot())? {
             return Ok((g, guard));
         }
+        // A refusal seen while waiting is the better answer when time runs out.
+        let mut refused: Option<Error> = None;
         loop {
             let asked = Instant::now();
-            let res = tokio::time::timeout_at(deadline.into(), svc.acquire(vdi))
-                .await
-                .map_err(|_| no_lock())?;
+            let res = match tokio::time::timeout_at(deadline.into(), svc.acquire(vdi)).await {
+                Ok(r) => r,
+                Err(_) => return Err(refused.unwrap_or_else(no_lock)),
+            };
             match res {
                 Ok(lease) => {
                     self.update(|h| {
@@ -129,6 +132,7 @@ impl WriteLock {
                     return Ok((lease.generation, guard));
                 }
                 Err(e) if e.kind() == ErrorKind::Locked && Instant::now() < deadline => {
+                    refused = Some(e);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(e),
