@@ -23,7 +23,10 @@ DROVE = os.environ.get("DROVE", os.path.join(ROOT, "target/release/drove"))
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit(f"error: {' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
 
 
 def fio_json(*args):
