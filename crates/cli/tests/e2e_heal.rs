@@ -65,6 +65,9 @@ fn check(c: &Cluster, via: usize, name: &str, repair: bool) -> Value {
     json(&c.drove(via, &args))
 }
 
+/// fio options that write verify headers and check them all at the end.
+const VERIFY: [&str; 3] = ["--verify=crc32c", "--do_verify=1", "--verify_fatal=1"];
+
 fn fio(uri: &str, extra: &[&str]) -> Child {
     Command::new("fio")
         .args([
@@ -107,9 +110,9 @@ fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas(
             "--rw=randwrite",
             "--size=128M",
             "--io_size=48M",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
+            VERIFY[0],
+            VERIFY[1],
+            VERIFY[2],
             "--rate=12M",
         ],
     );
@@ -155,9 +158,9 @@ fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas(
             "--rw=randwrite",
             "--size=128M",
             "--io_size=8M",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
+            VERIFY[0],
+            VERIFY[1],
+            VERIFY[2],
         ],
     );
     let (ok, _, t) = fio_result(load);
@@ -378,9 +381,9 @@ fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
             "--offset=160M",
             "--size=96M",
             "--io_size=24M",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
+            VERIFY[0],
+            VERIFY[1],
+            VERIFY[2],
             "--rate=4M",
         ],
     );

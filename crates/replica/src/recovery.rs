@@ -98,6 +98,22 @@ struct Pass {
     clean: bool,
 }
 
+impl Pass {
+    /// A pass of `total` objects starting now.
+    fn new(epoch: Epoch, total: u64) -> Pass {
+        Pass {
+            epoch,
+            total,
+            done: 0,
+            failed: 0,
+            bytes: 0,
+            started: Instant::now(),
+            finished: None,
+            clean: false,
+        }
+    }
+}
+
 /// The recovery engine of one node.
 pub struct Recoverer {
     me: NodeId,
@@ -123,16 +139,7 @@ impl Recoverer {
             view_tx,
             holders: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
-            pass: Mutex::new(Pass {
-                epoch: Epoch(0),
-                total: 0,
-                done: 0,
-                failed: 0,
-                bytes: 0,
-                started: Instant::now(),
-                finished: None,
-                clean: false,
-            }),
+            pass: Mutex::new(Pass::new(Epoch(0), 0)),
             limit_mib_s: AtomicU32::new(0),
             bucket: tokio::sync::Mutex::new(Instant::now()),
         });
@@ -363,17 +370,7 @@ impl Recoverer {
         );
         *self.holders.lock().unwrap_or_else(|e| e.into_inner()) = listed;
         cu.install(epoch, pending);
-        let mut p = self.pass.lock().unwrap_or_else(|e| e.into_inner());
-        *p = Pass {
-            epoch,
-            total: held as u64,
-            done: 0,
-            failed: 0,
-            bytes: 0,
-            started: Instant::now(),
-            finished: None,
-            clean: false,
-        };
+        *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Pass::new(epoch, held as u64);
     }
 
     /// Recover every pending copy this node holds; true when none is left (then the
