@@ -45,18 +45,22 @@ pub struct DownArgs {
 
 /// A free port below Linux's ephemeral range (32768 and up by default). A port
 /// the kernel hands out for `:0` is ephemeral: between this check and the node's
-/// bind, any outgoing connection on the host could take it.
-fn free_port() -> Result<u16> {
+/// bind, any outgoing connection on the host could take it. The port stays bound in
+/// `held` until the plan is made, so one plan never picks a port twice.
+fn free_port(held: &mut Vec<TcpListener>) -> Result<u16> {
     use std::hash::BuildHasher;
-    for i in 0u32..1000 {
+    for i in 0u32..2000 {
         let r = std::collections::hash_map::RandomState::new().hash_one((i, std::process::id()));
-        let p = 20000 + (r % 12000) as u16;
-        if port_free(p) {
+        let p = 10000 + (r % 22000) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", p)) {
+            held.push(l);
             return Ok(p);
         }
     }
     let l = TcpListener::bind("127.0.0.1:0").context("Cannot find a free port")?;
-    Ok(l.local_addr()?.port())
+    let p = l.local_addr()?.port();
+    held.push(l);
+    Ok(p)
 }
 
 fn port_free(p: u16) -> bool {
@@ -101,9 +105,13 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
         bail!("--zones must be 1 to the number of nodes ({})", a.nodes);
     }
     let mut out = Vec::new();
+    // Ports picked for this plan stay bound until it is made (dropped at return).
+    let mut held = Vec::new();
     for i in 0..a.nodes {
         let ports: Vec<u16> = if a.base_port == 0 {
-            (0..3).map(|_| free_port()).collect::<Result<_>>()?
+            (0..3)
+                .map(|_| free_port(&mut held))
+                .collect::<Result<_>>()?
         } else {
             let base = u32::from(a.base_port) + 10 * i as u32;
             if base + 2 > u32::from(u16::MAX) {
