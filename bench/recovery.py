@@ -101,6 +101,7 @@ def main():
                     help="recovery limit MiB/s per node for the run (default: the cluster default)")
     ap.add_argument("--work", default=os.path.join(ROOT, "bench/work-recovery"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results"))
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (node data and logs)")
     a = ap.parse_args()
     for tool in ("fio",):
         if shutil.which(tool) is None:
@@ -111,6 +112,7 @@ def main():
     os.makedirs(a.work)
     cdir = os.path.join(a.work, "cluster")
     extra = []
+    ok = False
     try:
         print("disk: sequential write speed", flush=True)
         seq = fio_json("--name=disk", "--filename=" + os.path.join(a.work, "seq.tmp"), "--rw=write",
@@ -160,10 +162,15 @@ def main():
         s = wait_recovered(admin, 3600, epoch1 + 1)
         rec_s = time.time() - t1
         busy_bytes = sum(r["progress"]["bytes"] for r in s["recovery"])
+        ok = True
     finally:
         for p in extra:
             p.kill()
         subprocess.run([DROVE, "down", "--dir", cdir], capture_output=True)
+        if ok and not a.keep:
+            # The cluster holds SIZE x 3 of data: do not leave it on the disk (a failed
+            # run keeps it, with the node logs, for a look).
+            shutil.rmtree(a.work, ignore_errors=True)
 
     ratio = during / before if before else 0
     share = idle_mbs / disk_mbs if disk_mbs else 0

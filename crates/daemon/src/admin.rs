@@ -199,12 +199,8 @@ async fn check_vdi(
 ) -> ApiResult<drove_replica::CheckReport> {
     let info = find_vdi(&a, &name)?;
     if req.repair {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         if let Some(l) = a.meta.state().locks.get(&info.id) {
-            if l.expires_ms > now_ms {
+            if l.expires_ms > crate::locks::now_ms() {
                 return Err(Error::new(
                     ErrorKind::Locked,
                     format!(

@@ -5,11 +5,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use drove_meta::Meta;
 use drove_nbd::{Export, Exports, Extent};
-use drove_replica::{Gateway, Recoverer};
+use drove_replica::{Gateway, Membership, Recoverer};
 use drove_types::{format_size, Error, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use crate::locks::{now_ms, MetaMembership};
 
 /// The exports of this node: the VDI table, opened lazily.
 pub struct VdiExports {
@@ -105,13 +107,10 @@ impl VdiExports {
                     .map(|v| v.node)
             })
             .collect();
-        for id in silent {
-            tracing::warn!(vdi = %info.name, node = %id, "replica did not answer the post-crash check: marking it down");
-            self.meta
-                .execute(drove_meta::Command::SetNodeState {
-                    id,
-                    state: drove_types::NodeState::Down,
-                })
+        if !silent.is_empty() {
+            let why = format!("did not answer the post-crash check of VDI '{}'", info.name);
+            MetaMembership(self.meta.clone())
+                .mark_down(silent.into_iter().collect(), why)
                 .await?;
         }
         let fixed = report.mismatched.iter().filter(|m| m.repaired).count();
@@ -244,11 +243,4 @@ impl Export for VolumeExport {
             })
             .collect())
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

@@ -19,7 +19,8 @@ impl MetaLocks {
     }
 }
 
-fn now_ms() -> u64 {
+/// This node's clock, milliseconds since the Unix epoch (lease stamps).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -19,10 +19,16 @@ pub async fn follow(
     let mut rx = meta.watch();
     let me = meta.node_id();
     let mut handed: BTreeSet<(u32, u64)> = BTreeSet::new();
+    // The epoch maps only grow, at epoch changes: copied once per change, not at
+    // every metadata change.
+    let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
         map.set(Arc::new(state.map.clone()));
-        recoverer.update(view_of(&state), state.settings.recovery_mib_s);
+        if history.len() != state.epoch_history.len() {
+            history = Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect());
+        }
+        recoverer.update(view_of(&state, &history), state.settings.recovery_mib_s);
         exports.refresh(&state);
         // Every generation the cluster handed out fences older writers here.
         for (vdi, g) in &state.lock_generations {
@@ -93,10 +99,10 @@ async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::Obje
 }
 
 /// What recovery needs from a metadata state.
-fn view_of(state: &MetaState) -> View {
+fn view_of(state: &MetaState, history: &Arc<Vec<drove_types::ClusterMap>>) -> View {
     View {
         map: Arc::new(state.map.clone()),
         vdis: state.vdis.values().map(|v| (v.id, v.clone())).collect(),
-        history: Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect()),
+        history: history.clone(),
     }
 }

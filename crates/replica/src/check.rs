@@ -80,7 +80,7 @@ impl Recoverer {
     /// Compare the replicas of every object of `vdi`; with `repair`, make the ones
     /// that differ identical. The caller makes sure nothing writes the VDI meanwhile.
     pub async fn check(&self, vdi: &VdiInfo, repair: bool) -> Result<CheckReport> {
-        let view = self.current_view();
+        let view = self.view();
         // A node that does not answer the listing (cut off, not yet marked down) is
         // reported as not answering rather than asked again for every object.
         let (listed, silent) = self.list_answering(&view.map).await;
@@ -185,8 +185,8 @@ impl Recoverer {
     }
 
     async fn scrub_at(&self, paced: bool) -> Result<ScrubReport> {
-        let view = self.current_view();
-        let local = blocking(self.local_store().store(), |s| s.list()).await?;
+        let view = self.view();
+        let local = blocking(self.local.store(), |s| s.list()).await?;
         let mut report = ScrubReport::default();
         for oid in local {
             let Some(vdi) = view.vdis.get(&oid.vdi) else {
@@ -194,16 +194,16 @@ impl Recoverer {
             };
             report.objects += 1;
             if paced {
-                self.pace(u64::from(vdi.object_size)).await;
+                self.throttle(u64::from(vdi.object_size)).await;
             }
-            let d = self.local_store().digest(oid, vdi.object_size).await?;
+            let d = self.local.digest(oid, vdi.object_size).await?;
             if !d.corrupt {
                 continue;
             }
             report.corrupt += 1;
             tracing::warn!(%oid, "scrub: the copy fails its checksums, recovering it");
-            self.local_store().catchup().mark_pending(oid);
-            match self.recover_now(oid).await {
+            self.local.catchup().mark_pending(oid);
+            match self.recover(oid, false).await {
                 Ok(()) => report.repaired += 1,
                 Err(e) => tracing::warn!(%oid, "scrub: cannot repair: {e}"),
             }

@@ -82,8 +82,8 @@ pub struct PeerPool {
     timeouts: PeerTimeouts,
     metrics: Arc<Metrics>,
     routes: Option<PathBuf>,
-    /// When the routes file was last looked at, and its modification time then.
-    routes_seen: Mutex<(Option<Instant>, Option<std::time::SystemTime>)>,
+    /// The routes file's modification time when last looked at.
+    routes_seen: Mutex<Option<std::time::SystemTime>>,
 }
 
 /// How often the routes file is looked at for changes.
@@ -129,12 +129,12 @@ impl PeerPool {
             timeouts,
             metrics,
             routes,
-            routes_seen: Mutex::new((None, None)),
+            routes_seen: Mutex::new(None),
         })
     }
 
-    /// Look at the routes file for changes every [`ROUTES_CHECK`], for pairs of
-    /// nodes that exchange nothing for a while (their old connections must go too).
+    /// Look at the routes file for changes every [`ROUTES_CHECK`] and drop the
+    /// connections dialled before a change (off the request path: no stat per call).
     pub async fn watch_routes(self: Arc<Self>) {
         if self.routes.is_none() {
             return;
@@ -145,9 +145,8 @@ impl PeerPool {
         }
     }
 
-    /// Drop every connection when the routes file changed (at most one look per
-    /// [`ROUTES_CHECK`]): connections dialled before a route was set must not keep
-    /// bypassing it.
+    /// Drop every connection when the routes file changed: connections dialled
+    /// before a route was set must not keep bypassing it.
     fn check_routes(&self) {
         let Some(path) = &self.routes else {
             return;
@@ -155,15 +154,11 @@ impl PeerPool {
         let Ok(mut seen) = self.routes_seen.lock() else {
             return;
         };
-        if seen.0.is_some_and(|t| t.elapsed() < ROUTES_CHECK) {
-            return;
-        }
-        seen.0 = Some(Instant::now());
         let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        if mtime == seen.1 {
+        if mtime == *seen {
             return;
         }
-        seen.1 = mtime;
+        *seen = mtime;
         drop(seen);
         if let Ok(mut conns) = self.conns.lock() {
             for (_, c) in conns.drain() {
@@ -239,7 +234,6 @@ impl PeerPool {
     }
 
     async fn conn(&self, node: NodeId) -> Result<Arc<Conn>> {
-        self.check_routes();
         if let Some(c) = self.live(node) {
             return Ok(c);
         }

@@ -117,7 +117,7 @@ impl Pass {
 /// The recovery engine of one node.
 pub struct Recoverer {
     me: NodeId,
-    local: Arc<LocalStore>,
+    pub(crate) local: Arc<LocalStore>,
     pool: Arc<PeerPool>,
     view_tx: watch::Sender<Arc<View>>,
     /// Who held which object at the last listing (this node included).
@@ -148,31 +148,29 @@ impl Recoverer {
         r
     }
 
-    /// Hand over the metadata's latest view; the run loop picks it up.
+    /// Hand over the metadata's latest view. The run loop wakes only when the map's
+    /// epoch or the VDI table changed: other metadata changes (lock renewals every
+    /// few seconds) give recovery nothing to do.
     pub fn update(&self, view: View, limit_mib_s: u32) {
         self.limit_mib_s.store(limit_mib_s, Ordering::Relaxed);
-        self.view_tx.send_replace(Arc::new(view));
+        self.view_tx.send_if_modified(|cur| {
+            let changed = cur.map.epoch != view.map.epoch
+                || cur.map.nodes.is_empty() != view.map.nodes.is_empty()
+                || cur.vdis != view.vdis;
+            if changed {
+                *cur = Arc::new(view);
+            }
+            changed
+        });
     }
 
-    fn view(&self) -> Arc<View> {
+    pub(crate) fn view(&self) -> Arc<View> {
         self.view_tx.borrow().clone()
-    }
-
-    pub(crate) fn current_view(&self) -> Arc<View> {
-        self.view()
-    }
-
-    pub(crate) fn local_store(&self) -> &Arc<LocalStore> {
-        &self.local
     }
 
     /// This node's object store.
     pub fn store(&self) -> &Arc<dyn drove_objstore::ObjectStore> {
         self.local.store()
-    }
-
-    pub(crate) async fn recover_now(&self, oid: ObjectId) -> Result<()> {
-        self.recover(oid, false).await
     }
 
     /// Ask `node` to replace its copy of `oid` with `from`'s; true when it did.
@@ -425,7 +423,7 @@ impl Recoverer {
     }
 
     /// Make this node's copy of `oid` current (one copy of an object at a time).
-    async fn recover(&self, oid: ObjectId, limited: bool) -> Result<()> {
+    pub(crate) async fn recover(&self, oid: ObjectId, limited: bool) -> Result<()> {
         let slot = self.slot(oid);
         let _one = slot.lock().await;
         let cu = self.local.catchup();
@@ -542,12 +540,8 @@ impl Recoverer {
         Ok(())
     }
 
-    pub(crate) async fn pace(&self, bytes: u64) {
-        self.throttle(bytes).await;
-    }
-
     /// Keep the copy rate under the limit: a token bucket whose tokens are time.
-    async fn throttle(&self, bytes: u64) {
+    pub(crate) async fn throttle(&self, bytes: u64) {
         let limit = u64::from(self.limit_mib_s.load(Ordering::Relaxed)) << 20;
         if limit == 0 {
             return;
