@@ -4,6 +4,7 @@ mod bench_cmd;
 mod client;
 mod cluster_cmd;
 mod heal_cmd;
+mod lineage_cmd;
 mod node_cmd;
 mod table;
 mod transfer;

@@ -34,11 +34,26 @@ pub enum VdiCmd {
         /// Name.
         name: String,
     },
-    /// Delete a VDI and its data.
+    /// Delete a VDI and its data. A snapshot that clones still read from is refused,
+    /// naming them, unless --flatten copies its data into them first.
     Delete {
         /// Name.
         name: String,
+        /// First flatten every clone that reads from this VDI.
+        #[arg(long)]
+        flatten: bool,
     },
+    /// Take a read-only, crash-consistent snapshot of a VDI, in O(1) (no data is
+    /// copied); the VDI goes on as its copy-on-write child.
+    Snapshot(crate::lineage_cmd::SnapshotArgs),
+    /// Create a VDI as an O(1) copy-on-write clone of a snapshot.
+    Clone(crate::lineage_cmd::CloneArgs),
+    /// Throw away what a VDI wrote since one of its snapshots.
+    Rollback(crate::lineage_cmd::RollbackArgs),
+    /// Give a clone its own copy of the data it reads from its parents.
+    Flatten(crate::lineage_cmd::FlattenArgs),
+    /// Show snapshots and clones as a tree, with the space each really uses.
+    Tree,
     /// Ask the node writing a VDI to flush and hand its write lock to node TO (live
     /// migration: run it when the destination takes over).
     Handover {
@@ -101,6 +116,11 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             if ctx.json {
                 return print_json(&vdis);
             }
+            let name_of = |id| {
+                vdis.iter()
+                    .find(|p| p.id == id)
+                    .map_or_else(|| "?".to_string(), |p| p.name.clone())
+            };
             let rows: Vec<Vec<String>> = vdis
                 .iter()
                 .map(|v| {
@@ -110,24 +130,44 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         format_size(v.size),
                         v.copies.to_string(),
                         v.mode.to_string(),
+                        kind(v).to_string(),
+                        v.parent.map_or_else(|| "-".to_string(), name_of),
                     ]
                 })
                 .collect();
-            table::print(&["NAME", "ID", "SIZE", "COPIES", "MODE"], &rows);
+            table::print(
+                &["NAME", "ID", "SIZE", "COPIES", "MODE", "KIND", "PARENT"],
+                &rows,
+            );
             Ok(())
         }
         VdiCmd::Info { name } => {
             let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
             show(ctx, &d)
         }
-        VdiCmd::Delete { name } => {
+        VdiCmd::Delete { name, flatten } => {
+            let flattened = if flatten {
+                crate::lineage_cmd::delete_flattening(&name, ctx).await?
+            } else {
+                Vec::new()
+            };
             let v: serde_json::Value = ctx.delete(&format!("/api/vdis/{}", encode(&name))).await?;
             if ctx.json {
-                return print_json(&v);
+                return print_json(
+                    &serde_json::json!({ "deleted": v["deleted"], "flattened": flattened }),
+                );
+            }
+            if !flattened.is_empty() {
+                println!("Flattened {}", flattened.join(", "));
             }
             println!("Deleted VDI '{name}'");
             Ok(())
         }
+        VdiCmd::Snapshot(a) => crate::lineage_cmd::snapshot(a, ctx).await,
+        VdiCmd::Clone(a) => crate::lineage_cmd::clone(a, ctx).await,
+        VdiCmd::Rollback(a) => crate::lineage_cmd::rollback(a, ctx).await,
+        VdiCmd::Flatten(a) => crate::lineage_cmd::flatten(a, ctx).await,
+        VdiCmd::Tree => crate::lineage_cmd::tree(ctx).await,
         VdiCmd::Handover { name, to } => {
             let d: VdiDetail = ctx
                 .post(
@@ -170,6 +210,16 @@ pub fn encode(name: &str) -> String {
         .collect()
 }
 
+fn kind(v: &VdiInfo) -> &'static str {
+    if v.snapshot {
+        "snapshot"
+    } else if v.ephemeral {
+        "ephemeral"
+    } else {
+        "disk"
+    }
+}
+
 fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
     if ctx.json {
         return print_json(d);
@@ -184,6 +234,10 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
         i.min_copies()
     );
     println!("mode:        {}", i.mode);
+    println!("kind:        {}", kind(i));
+    if let Some(p) = i.parent {
+        println!("parent id:   {p} (objects it never wrote are read from there)");
+    }
     println!("object size: {}", format_size(u64::from(i.object_size)));
     println!("objects:     {}", d.objects);
     println!("nbd (tcp):   {}", d.nbd_tcp);

@@ -1,14 +1,15 @@
 //! A real QEMU VM (TCG, Debian's kernel, a busybox initramfs) with its virtio disk on
 //! a drove VDI over NBD: the guest makes a filesystem, writes files and checksums
-//! them; the checksum read from the host agrees; a second boot, attached through
-//! another node, finds the same files.
+//! them; the checksum read from the host agrees; the disk is snapshotted and cloned,
+//! and a second boot from the clone, attached through another node, finds the same
+//! files, writes to its clone, and leaves the original untouched.
 mod common;
 use common::vm::VmKit;
 use common::*;
 use std::time::Duration;
 
 #[test]
-fn test_vm_writes_files_on_drove_and_a_second_boot_through_another_node_reads_them() {
+fn test_vm_writes_files_on_drove_and_a_second_boot_from_a_clone_reads_them() {
     let kit = match VmKit::find() {
         Ok(k) => k,
         Err(why) => {
@@ -73,12 +74,18 @@ fn test_vm_writes_files_on_drove_and_a_second_boot_through_another_node_reads_th
         assert_eq!(host_sum, guest_sum, "the host reads what the guest wrote");
     }
 
+    // The disk as a golden image: snapshot it, boot a clone of it (copy-on-write).
+    let o = c.drove(1, &["vdi", "snapshot", "vmdisk", "gold"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = c.drove(2, &["vdi", "clone", "gold", "vm2"]);
+    assert!(o.status.success(), "{}", text(&o));
     let read = kit.initramfs(
         &tmp.path().join("r"),
-        "mount -o ro /dev/vda /mnt && cd /mnt && md5sum -c sums && \
-         sed 's/^/DROVE-SUM /' sums && cat hello.txt && cd / && umount /mnt && echo DROVE-VERIFY-OK",
+        "mount /dev/vda /mnt && cd /mnt && md5sum -c sums && \
+         sed 's/^/DROVE-SUM /' sums && cat hello.txt && echo clone-only > clone.txt && \
+         cd / && umount /mnt && echo DROVE-VERIFY-OK",
     );
-    let out2 = kit.boot(&read, &c.nodes[2].uri("vmdisk"), Duration::from_secs(300));
+    let out2 = kit.boot(&read, &c.nodes[2].uri("vm2"), Duration::from_secs(300));
     assert!(
         out2.contains("DROVE-VERIFY-OK"),
         "second boot failed:\n{out2}"
@@ -89,4 +96,16 @@ fn test_vm_writes_files_on_drove_and_a_second_boot_through_another_node_reads_th
         .filter(|l| l.starts_with("DROVE-SUM "))
         .collect();
     assert_eq!(sums, sums2, "the same files, the same checksums");
+
+    // The clone's write stayed in the clone: the original has no clone.txt.
+    let check = kit.initramfs(
+        &tmp.path().join("o"),
+        "mount -o ro /dev/vda /mnt && ls /mnt && (test -e /mnt/clone.txt && echo DROVE-LEAK || echo DROVE-APART) && \
+         umount /mnt",
+    );
+    let out3 = kit.boot(&check, &c.nodes[0].uri("vmdisk"), Duration::from_secs(300));
+    assert!(
+        out3.contains("DROVE-APART"),
+        "the original saw the clone's file:\n{out3}"
+    );
 }

@@ -21,6 +21,19 @@ pub struct Admin {
     pub nbd_tcp: String,
     pub nbd_socket: String,
     pub recoverer: Arc<drove_replica::Recoverer>,
+    pub exports: Arc<crate::exports::VdiExports>,
+}
+
+impl Admin {
+    /// The VDI record named `name`, as this node's metadata has it.
+    pub fn find_vdi(&self, name: &str) -> Result<VdiInfo, Error> {
+        find_vdi(self, name)
+    }
+
+    /// The record plus what this node can tell about it.
+    pub fn detail(&self, info: VdiInfo) -> api::VdiDetail {
+        detail(self, info)
+    }
 }
 
 /// An [`Error`] as an HTTP response.
@@ -67,6 +80,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/scrub", post(scrub))
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
+        .merge(crate::lineage::router())
         .with_state(admin)
 }
 

@@ -120,3 +120,65 @@ pub struct Handover {
     /// The node that takes the lock.
     pub to: NodeId,
 }
+
+/// `POST /api/vdis/{name}/snapshot`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Name of the snapshot.
+    pub snap: String,
+}
+
+/// The answer to a snapshot: the frozen image and the VDI that goes on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshotted {
+    /// The read-only snapshot (it keeps the VDI's data).
+    pub snapshot: VdiInfo,
+    /// The VDI, now a copy-on-write child of the snapshot.
+    pub vdi: VdiInfo,
+}
+
+/// `POST /api/vdis/{snap}/clone`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Clone {
+    /// Names of the new VDIs (several: made at once, all or none).
+    pub names: Vec<String>,
+    /// Delete it when its last writer detaches.
+    #[serde(default)]
+    pub ephemeral: bool,
+}
+
+/// `POST /api/vdis/{name}/rollback`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rollback {
+    /// The snapshot to go back to.
+    pub snap: String,
+}
+
+/// `POST /api/vdis/{name}/flatten`: the answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Flattened {
+    /// The VDI, with no parent any more.
+    pub vdi: VdiInfo,
+    /// Objects copied from its parents.
+    pub copied: u64,
+}
+
+/// `GET /api/usage`: what each VDI takes on the answering node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Usage {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// Per VDI id: objects, and bytes allocated on disk.
+    pub vdis: Vec<VdiUsage>,
+}
+
+/// One VDI's share of one node's store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VdiUsage {
+    /// The VDI.
+    pub id: drove_types::VdiId,
+    /// Objects stored.
+    pub objects: u64,
+    /// Bytes allocated on disk.
+    pub bytes: u64,
+}

@@ -43,7 +43,7 @@ impl VdiExports {
     /// served again here: wait out that lease (its holder is down or gone quiet) and
     /// make every object's replicas identical. A lock held by a live gateway is left
     /// alone: that is a normal second attachment (reads only, or a hand-over).
-    async fn settle_crashed_writer(&self, info: &VdiInfo) -> Result<()> {
+    pub async fn settle_crashed_writer(&self, info: &VdiInfo) -> Result<()> {
         let state = self.meta.state();
         let Some(lock) = state.locks.get(&info.id).cloned() else {
             return Ok(());
@@ -133,19 +133,45 @@ impl VdiExports {
         self.volumes.lock().ok()?.get(name).cloned()
     }
 
-    /// Bring open volumes up to date with the VDI table: new sizes, deleted VDIs.
+    /// Bring open volumes up to date with the VDI table: new sizes, snapshots (the
+    /// volume moves to the VDI's new id, whose parent is its old one), flattening;
+    /// volumes of deleted or rolled-back VDIs are dropped (their clients' writes then
+    /// fail: the lock they would take covers the new id).
     pub fn refresh(&self, state: &drove_meta::MetaState) {
         if let Ok(mut vols) = self.volumes.lock() {
             vols.retain(|name, vol| match state.vdis.get(name) {
-                Some(info) if info.id == vol.info().id => {
+                Some(info) if info.id == vol.info().id || info.parent == Some(vol.info().id) => {
                     if *info != vol.info() {
-                        vol.set_info(info.clone());
+                        vol.set_info(info.clone(), state.ancestors(info));
                     }
                     true
                 }
                 _ => false,
             });
         }
+    }
+
+    /// The volume of `name` that clients here share, opened if none is.
+    pub fn volume_or_open(&self, name: &str) -> Result<Arc<Volume>> {
+        let state = self.meta.state();
+        let info = state
+            .vdis
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
+            .clone();
+        let mut vols = self
+            .volumes
+            .lock()
+            .map_err(|_| Error::invalid("Volume table poisoned"))?;
+        Ok(match vols.get(name) {
+            Some(v) if v.info().id == info.id => v.clone(),
+            _ => {
+                let parents = state.ancestors(&info);
+                let v = Volume::new(info, parents, self.gateway.clone(), self.locks.clone());
+                vols.insert(name.to_string(), v.clone());
+                v
+            }
+        })
     }
 }
 
@@ -171,20 +197,7 @@ impl Exports for VdiExports {
             .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
             .clone();
         self.settle_crashed_writer(&info).await?;
-        let vol = {
-            let mut vols = self
-                .volumes
-                .lock()
-                .map_err(|_| Error::invalid("Volume table poisoned"))?;
-            match vols.get(name) {
-                Some(v) if v.info().id == info.id => v.clone(),
-                _ => {
-                    let v = Volume::new(info, self.gateway.clone(), self.locks.clone());
-                    vols.insert(name.to_string(), v.clone());
-                    v
-                }
-            }
-        };
+        let vol = self.volume_or_open(name)?;
         vol.attach();
         Ok(Arc::new(VolumeExport(vol)))
     }
@@ -203,6 +216,10 @@ impl Drop for VolumeExport {
 impl Export for VolumeExport {
     fn size(&self) -> u64 {
         self.0.info().size
+    }
+
+    fn read_only(&self) -> bool {
+        self.0.info().snapshot
     }
 
     fn multi_conn(&self) -> bool {

@@ -12,6 +12,7 @@ mod admin;
 pub mod api;
 mod config;
 mod exports;
+mod lineage;
 mod locks;
 mod node;
 mod watch;

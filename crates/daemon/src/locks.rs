@@ -43,6 +43,7 @@ impl LockService for MetaLocks {
             Reply::Lock(l) => Ok(Lease {
                 generation: l.generation,
                 duration: self.lease,
+                vdi: l.vdi,
             }),
             other => Err(Error::new(
                 ErrorKind::Io,
@@ -57,6 +58,17 @@ impl LockService for MetaLocks {
                 vdi: vdi.name.clone(),
                 node: self.meta.node_id(),
                 generation,
+            })
+            .await
+            .map(|_| ())
+    }
+
+    async fn last_writer_gone(&self, vdi: &VdiInfo) -> Result<()> {
+        tracing::info!(vdi = %vdi.name, "deleting the ephemeral clone: its last writer detached");
+        self.meta
+            .execute(Command::DeleteEphemeral {
+                name: vdi.name.clone(),
+                id: vdi.id,
             })
             .await
             .map(|_| ())

@@ -102,6 +102,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_tcp: info.nbd_addr.clone(),
         nbd_socket: info.nbd_socket.clone(),
         recoverer: recoverer.clone(),
+        exports: exports.clone(),
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
     let peer_task =

@@ -34,6 +34,10 @@ pub async fn follow(
         for (vdi, g) in &state.lock_generations {
             local.fence().raise(*vdi, *g);
         }
+        // A snapshot is frozen: no generation may write it any more.
+        for v in state.vdis.values().filter(|v| v.snapshot) {
+            local.fence().raise(v.id, u64::MAX);
+        }
         hand_over(&state, me, &exports, &mut handed);
         collect_garbage(&state, local.store()).await;
         if rx.changed().await.is_err() {

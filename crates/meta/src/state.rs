@@ -75,6 +75,10 @@ pub struct VdiLock {
     pub expires_ms: u64,
     /// A node that asked the holder to hand the lock over.
     pub handover_to: Option<NodeId>,
+    /// The VDI id the lock covers: a snapshot gives the VDI's name a new id and moves
+    /// the lock to it, and a gateway that learns the new id from the lock writes there.
+    #[serde(default)]
+    pub vdi: VdiId,
 }
 
 /// Everything the metadata holds.
@@ -200,6 +204,68 @@ pub enum Command {
         /// The node that will take the lock.
         to: NodeId,
     },
+    /// Freeze VDI `name` as read-only snapshot `snap` (it keeps the VDI's id and
+    /// objects) and give `name` a fresh id whose parent is the snapshot: O(1), no data
+    /// moves. Refused while a node other than `by` holds a live lock on `name` (that
+    /// gateway must take it, between two writes). The lock moves to the new id.
+    /// Replies [`Reply::Vdi`] with `name`'s new record.
+    SnapshotVdi {
+        /// The VDI.
+        name: String,
+        /// Name of the snapshot.
+        snap: String,
+        /// The node proposing.
+        by: NodeId,
+        /// The proposer's clock, milliseconds since the Unix epoch (lease check).
+        now_ms: u64,
+    },
+    /// Create VDI `name` as a copy-on-write clone of snapshot `snap`. Replies
+    /// [`Reply::Vdi`].
+    CloneVdi {
+        /// The snapshot.
+        snap: String,
+        /// Name of the clone.
+        name: String,
+        /// Delete the clone when its last writer detaches.
+        ephemeral: bool,
+    },
+    /// Create several clones of `snap` at once (one log entry: a provider starting
+    /// many VMs from one image), all or none. Replies [`Reply::Done`].
+    CloneMany {
+        /// The snapshot.
+        snap: String,
+        /// Names of the clones, distinct.
+        names: Vec<String>,
+        /// Delete each clone when its last writer detaches.
+        ephemeral: bool,
+    },
+    /// Throw away what VDI `name` wrote since snapshot `snap` (one of its ancestors):
+    /// `name` gets a fresh id whose parent is `snap`, and its old objects are garbage.
+    /// Refused while a live lock is held on `name`. Replies [`Reply::Vdi`].
+    RollbackVdi {
+        /// The VDI.
+        name: String,
+        /// The snapshot to go back to.
+        snap: String,
+        /// The proposer's clock, milliseconds since the Unix epoch.
+        now_ms: u64,
+    },
+    /// `name` now holds every object it reads (its data was copied up from its
+    /// parents): it stops reading from them. Replies [`Reply::Vdi`].
+    Flattened {
+        /// The VDI.
+        name: String,
+        /// Its id, so a VDI recreated under the same name is left alone.
+        id: VdiId,
+    },
+    /// Delete ephemeral clone `name` if it still has id `id` and no clones of its
+    /// own; a no-op otherwise.
+    DeleteEphemeral {
+        /// Name.
+        name: String,
+        /// The id the detaching gateway wrote.
+        id: VdiId,
+    },
 }
 
 /// What a successful command returns.
@@ -218,11 +284,11 @@ pub enum Reply {
 /// The outcome of applying one command; an error leaves the state untouched.
 pub type ApplyResult = Result<Reply, (ErrorKind, String)>;
 
-fn invalid(msg: String) -> (ErrorKind, String) {
+pub(crate) fn invalid(msg: String) -> (ErrorKind, String) {
     (ErrorKind::Invalid, msg)
 }
 
-fn no_vdi(name: &str) -> (ErrorKind, String) {
+pub(crate) fn no_vdi(name: &str) -> (ErrorKind, String) {
     (ErrorKind::NotFound, format!("No VDI named '{name}'"))
 }
 
@@ -287,6 +353,7 @@ impl MetaState {
                     return Err(no_vdi(name));
                 };
                 let id = vdi.id;
+                self.refuse_if_parent(name, id)?;
                 if let Some(lock) = self.locks.get(&id) {
                     if lock.expires_ms > now.saturating_mul(1000) {
                         return Err((
@@ -386,6 +453,25 @@ impl MetaState {
                     None => Ok(Reply::Done),
                 }
             }
+            Command::SnapshotVdi {
+                name,
+                snap,
+                by,
+                now_ms,
+            } => self.snapshot_vdi(name, snap, *by, *now_ms, now),
+            Command::CloneVdi {
+                snap,
+                name,
+                ephemeral,
+            } => self.clone_vdi(snap, name, *ephemeral, now),
+            Command::CloneMany {
+                snap,
+                names,
+                ephemeral,
+            } => self.clone_many(snap, names, *ephemeral, now),
+            Command::RollbackVdi { name, snap, now_ms } => self.rollback_vdi(name, snap, *now_ms),
+            Command::Flattened { name, id } => self.flattened(name, *id),
+            Command::DeleteEphemeral { name, id } => self.delete_ephemeral(name, *id),
         }
     }
 
@@ -425,6 +511,7 @@ impl MetaState {
             generation,
             expires_ms,
             handover_to: None,
+            vdi: id,
         };
         self.locks.insert(id, lock.clone());
         Ok(Reply::Lock(lock))
@@ -505,6 +592,9 @@ impl MetaState {
             mode,
             created,
             min_copies: None,
+            parent: None,
+            snapshot: false,
+            ephemeral: false,
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());
@@ -531,9 +621,15 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
     Ok(())
 }
 
+mod lineage;
+
 #[cfg(test)]
 mod tests;
 
 #[cfg(test)]
 #[path = "state/lock_tests.rs"]
 mod lock_tests;
+
+#[cfg(test)]
+#[path = "state/lineage_tests.rs"]
+mod lineage_tests;

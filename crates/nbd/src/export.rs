@@ -26,6 +26,10 @@ pub trait Export: Send + Sync {
     /// True when several connections to this export see each other's writes after a
     /// FLUSH on any of them (advertise `NBD_FLAG_CAN_MULTI_CONN` only then).
     fn multi_conn(&self) -> bool;
+    /// True for an export that must not be written (`NBD_FLAG_READ_ONLY`).
+    fn read_only(&self) -> bool {
+        false
+    }
     /// Read `len` bytes at `offset`; the result must be exactly `len` bytes long.
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes>;
     /// Write `data` at `offset`; with `fua`, the data is durable when this returns.

@@ -42,6 +42,16 @@ pub fn transmission_flags(structured: bool, multi_conn: bool) -> u16 {
     f
 }
 
+/// [`transmission_flags`] plus `NBD_FLAG_READ_ONLY` for a read-only export.
+fn flags_for(structured: bool, facts: &ExportFacts) -> u16 {
+    let f = transmission_flags(structured, facts.multi_conn);
+    if facts.read_only {
+        f | crate::proto::NBD_FLAG_READ_ONLY
+    } else {
+        f
+    }
+}
+
 /// What the session must fetch from the catalogue before `handle` can answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
@@ -65,6 +75,8 @@ pub struct ExportFacts {
     pub size: u64,
     /// Whether `NBD_FLAG_CAN_MULTI_CONN` may be advertised.
     pub multi_conn: bool,
+    /// Advertise `NBD_FLAG_READ_ONLY` (a snapshot); writes are refused with EPERM.
+    pub read_only: bool,
     /// Description, when asked for and known.
     pub description: Option<String>,
 }
@@ -234,7 +246,7 @@ impl Negotiation {
         Negotiated {
             name: name.to_owned(),
             size: facts.size,
-            flags: transmission_flags(self.structured, facts.multi_conn),
+            flags: flags_for(self.structured, facts),
             structured: self.structured,
             meta_context: meta.then_some(BASE_ALLOCATION_ID),
         }
@@ -277,7 +289,7 @@ impl Negotiation {
                 return None;
             }
         };
-        let flags = transmission_flags(self.structured, facts.multi_conn);
+        let flags = flags_for(self.structured, &facts);
         let mut item = BytesMut::new();
         item.put_u16(NBD_INFO_EXPORT);
         item.put_u64(facts.size);

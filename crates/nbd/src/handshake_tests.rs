@@ -21,6 +21,7 @@ fn facts(size: u64, multi_conn: bool) -> Found {
     Found::Export(Ok(ExportFacts {
         size,
         multi_conn,
+        read_only: false,
         description: Some("a disk".into()),
     }))
 }

@@ -102,6 +102,7 @@ async fn look_up(exports: &dyn Exports, lookup: Lookup) -> (Found, Option<Arc<dy
                 let facts = ExportFacts {
                     size: export.size(),
                     multi_conn: export.multi_conn(),
+                    read_only: export.read_only(),
                     description,
                 };
                 (Found::Export(Ok(facts)), Some(export))

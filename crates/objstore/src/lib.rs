@@ -53,6 +53,13 @@ pub trait ObjectStore: Send + Sync {
     /// `Corrupt` if it does not verify) to recompute its checksum.
     fn write(&self, oid: ObjectId, offset: u64, data: &[u8]) -> Result<()>;
 
+    /// Replace object `oid` by `data` (zeros past its end) atomically: after a crash
+    /// the object is either as it was (or missing) or wholly `data`, never a mix.
+    /// Used for the copy-up of a clone's object, whose blocks not yet written by the
+    /// clone must never read as anything but the parent's data. All-zero blocks are
+    /// left as holes. Durable once `flush` has synced the directory entry.
+    fn create(&self, oid: ObjectId, data: &[u8]) -> Result<()>;
+
     /// Make `[offset, offset + len)` read as zeros. Whole 4 KiB blocks are punched
     /// out so they take no space. Zeroing a missing object is a no-op.
     fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()>;
@@ -72,6 +79,18 @@ pub trait ObjectStore: Send + Sync {
 
     /// Bytes allocated on disk by object data, for reporting.
     fn used_bytes(&self) -> Result<u64>;
+
+    /// Objects and bytes allocated on disk, per VDI, for reporting.
+    fn usage(&self) -> Result<std::collections::BTreeMap<drove_types::VdiId, Usage>>;
+}
+
+/// What one VDI takes in a store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Objects stored.
+    pub objects: u64,
+    /// Bytes allocated on disk by their data.
+    pub bytes: u64,
 }
 
 /// Check that `[offset, offset + len)` lies inside an object of `object_size` bytes.

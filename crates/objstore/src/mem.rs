@@ -125,6 +125,20 @@ impl ObjectStore for MemStore {
         Ok(())
     }
 
+    fn create(&self, oid: ObjectId, data: &[u8]) -> Result<()> {
+        check_range(oid, self.object_size, 0, data.len() as u64)?;
+        let mut obj = Obj::default();
+        for (b, chunk) in data.chunks(BLOCK).enumerate() {
+            if chunk.iter().any(|&x| x != 0) {
+                let mut block = Box::new([0u8; BLOCK]);
+                block[..chunk.len()].copy_from_slice(chunk);
+                obj.blocks.insert(b as u64, block);
+            }
+        }
+        self.lock().insert(oid, obj);
+        Ok(())
+    }
+
     fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()> {
         check_range(oid, self.object_size, offset, len)?;
         if len == 0 {
@@ -160,6 +174,16 @@ impl ObjectStore for MemStore {
     fn delete(&self, oid: ObjectId) -> Result<()> {
         self.lock().remove(&oid);
         Ok(())
+    }
+
+    fn usage(&self) -> Result<BTreeMap<drove_types::VdiId, crate::Usage>> {
+        let mut out: BTreeMap<_, crate::Usage> = BTreeMap::new();
+        for (oid, obj) in self.lock().iter() {
+            let u = out.entry(oid.vdi).or_default();
+            u.objects += 1;
+            u.bytes += obj.blocks.len() as u64 * BS;
+        }
+        Ok(out)
     }
 
     fn list(&self) -> Result<Vec<ObjectId>> {

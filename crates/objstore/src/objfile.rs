@@ -79,6 +79,42 @@ impl ObjFile {
         Ok(Some(ObjFile::new(oid, data, crc)))
     }
 
+    /// Write a whole object into new files at `data_path` and `crc_path` (temporary
+    /// names the caller renames into place) and make them durable. Runs of non-zero
+    /// blocks are written; zero blocks stay holes, whose stored checksum (0) verifies.
+    pub(crate) fn write_new(
+        oid: ObjectId,
+        data_path: &Path,
+        crc_path: &Path,
+        content: &[u8],
+    ) -> Result<()> {
+        let open = |p: &Path| {
+            open_rw(p, true, true)
+                .map_err(|e| Error::io(format!("object {oid}: create {}", p.display()), e))
+        };
+        let f = ObjFile::new(oid, open(data_path)?, open(crc_path)?);
+        let bs = BS as usize;
+        let mut start = None;
+        for (i, block) in content.chunks(bs).enumerate() {
+            let zero = block.iter().all(|&b| b == 0);
+            match (zero, start) {
+                (false, None) => start = Some(i),
+                (true, Some(s)) => {
+                    f.write((s * bs) as u64, &content[s * bs..i * bs])?;
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            f.write((s * bs) as u64, &content[s * bs..])?;
+        }
+        f.data.sync_data().map_err(|e| f.io_err("fsync", e))?;
+        f.crc
+            .sync_data()
+            .map_err(|e| f.io_err("fsync checksums", e))
+    }
+
     fn new(oid: ObjectId, data: File, crc: File) -> ObjFile {
         ObjFile {
             oid,

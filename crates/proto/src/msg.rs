@@ -100,6 +100,18 @@ pub enum PeerReq {
         /// The asker's epoch.
         epoch: Epoch,
     },
+    /// Replace `oid` by the frame's payload atomically (a clone's copy-up: the
+    /// object is either missing or whole after a crash). Fenced like a write.
+    Create {
+        /// Object.
+        oid: ObjectId,
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
+        /// The gateway's lock generation for the VDI (fencing).
+        generation: u64,
+        /// Nodes to forward to (primary-copy).
+        forward: Vec<NodeId>,
+    },
 }
 
 /// One replica's view of one object, for recovery and `vdi check`.
@@ -131,6 +143,7 @@ impl PeerReq {
             PeerReq::Digest { .. } => "digest",
             PeerReq::Fetch { .. } => "fetch",
             PeerReq::Repair { .. } => "repair",
+            PeerReq::Create { .. } => "create",
         }
     }
 }

@@ -253,6 +253,25 @@ impl Gateway {
         .await
     }
 
+    /// Replace `oid` by `data` on every replica, atomically on each (a clone's
+    /// copy-up), under lock `generation`.
+    pub async fn create(
+        &self,
+        vdi: &VdiInfo,
+        oid: ObjectId,
+        data: Bytes,
+        generation: u64,
+    ) -> Result<()> {
+        let _order = self.locks.lock(oid, 0, u64::from(vdi.object_size)).await;
+        self.fan_out(vdi, oid, data, |epoch, forward| PeerReq::Create {
+            oid,
+            epoch,
+            generation,
+            forward,
+        })
+        .await
+    }
+
     /// Send a write to the replicas of `oid` on the current map. A replica past
     /// this map's epoch makes the whole write go again on the newer map (writes are
     /// idempotent, and the range lock keeps overlapping ones in order).

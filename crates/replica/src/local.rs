@@ -156,6 +156,17 @@ impl LocalStore {
                 .await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
+            &PeerReq::Create {
+                oid,
+                epoch,
+                generation,
+                ..
+            } => {
+                self.fence.admit(oid.vdi, generation)?;
+                let _held = self.admit_write(oid, epoch).await?;
+                blocking(store, move |s| s.create(oid, &payload)).await?;
+                Ok((PeerResp::Ok, Bytes::new()))
+            }
             PeerReq::Flush { oids } => {
                 let oids = oids.clone();
                 blocking(store, move |s| s.flush(&oids)).await?;
@@ -264,7 +275,9 @@ pub async fn apply_and_forward(
     payload: Bytes,
 ) -> Result<(PeerResp, Bytes)> {
     let forward = match req {
-        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clone(),
+        PeerReq::Write { forward, .. }
+        | PeerReq::WriteZeroes { forward, .. }
+        | PeerReq::Create { forward, .. } => forward.clone(),
         _ => Vec::new(),
     };
     if forward.is_empty() {
@@ -284,7 +297,9 @@ pub async fn apply_and_forward(
 fn strip_forward(req: &PeerReq) -> PeerReq {
     let mut r = req.clone();
     match &mut r {
-        PeerReq::Write { forward, .. } | PeerReq::WriteZeroes { forward, .. } => forward.clear(),
+        PeerReq::Write { forward, .. }
+        | PeerReq::WriteZeroes { forward, .. }
+        | PeerReq::Create { forward, .. } => forward.clear(),
         _ => {}
     }
     r

@@ -89,6 +89,9 @@ fn vdi(mode: ReplicationMode) -> VdiInfo {
         mode,
         created: 0,
         min_copies: None,
+        parent: None,
+        snapshot: false,
+        ephemeral: false,
     }
 }
 

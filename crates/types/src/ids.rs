@@ -7,7 +7,9 @@ use std::fmt;
 pub struct NodeId(pub u64);
 
 /// A virtual disk image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct VdiId(pub u32);
 
 /// The version of the cluster map; grows by one at every membership change.

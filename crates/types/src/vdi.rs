@@ -63,6 +63,16 @@ pub struct VdiInfo {
     /// `None` means `copies - 1` (at least 1). See [`VdiInfo::min_copies`].
     #[serde(default)]
     pub min_copies: Option<u8>,
+    /// The snapshot this VDI was cloned from: objects it never wrote are read from
+    /// there (and from its parent, up the chain). `None` for a VDI of its own.
+    #[serde(default)]
+    pub parent: Option<VdiId>,
+    /// A read-only, frozen image taken with `drove vdi snapshot`; clones read from it.
+    #[serde(default)]
+    pub snapshot: bool,
+    /// Deleted when the last client that wrote it detaches (`vdi clone --ephemeral`).
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 impl VdiInfo {

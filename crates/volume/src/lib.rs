@@ -5,6 +5,7 @@
 //! so a FLUSH fsyncs exactly those, on every replica.
 #![deny(missing_docs)]
 
+mod cow;
 pub mod lock;
 pub mod map;
 mod volume;

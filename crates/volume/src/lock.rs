@@ -11,7 +11,7 @@
 //! the writes in flight, flushes, and releases; it then refuses writes until every
 //! client detaches (so it cannot take the lock back from under the new holder).
 use async_trait::async_trait;
-use drove_types::{Error, ErrorKind, Result, VdiInfo};
+use drove_types::{Error, ErrorKind, Result, VdiId, VdiInfo};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{RwLock, RwLockReadGuard};
@@ -23,6 +23,9 @@ pub struct Lease {
     pub generation: u64,
     /// How long the lease lasts from the moment it was asked for.
     pub duration: Duration,
+    /// The VDI id the lock covers. It differs from the volume's when a snapshot gave
+    /// the VDI's name a new id that this node has not applied yet: writes wait for it.
+    pub vdi: VdiId,
 }
 
 /// What the volume needs from the cluster metadata to hold a VDI's lock.
@@ -33,6 +36,11 @@ pub trait LockService: Send + Sync {
     async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease>;
     /// Give up the lock of `vdi` held with `generation`.
     async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()>;
+    /// The last client that wrote `vdi` through this node detached and the lock was
+    /// released: an ephemeral clone is deleted now.
+    async fn last_writer_gone(&self, _vdi: &VdiInfo) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How long a write waits for another node to release the lock (it may be detaching
@@ -44,6 +52,7 @@ const SAFETY: Duration = Duration::from_millis(500);
 #[derive(Debug, Default)]
 struct Held {
     generation: u64,
+    vdi: VdiId,
     valid_until: Option<Instant>,
     duration: Duration,
     /// Why writes are refused until every client detaches.
@@ -126,6 +135,7 @@ impl WriteLock {
                 Ok(lease) => {
                     self.update(|h| {
                         h.generation = lease.generation;
+                        h.vdi = lease.vdi;
                         h.duration = lease.duration;
                         h.valid_until = Some(asked + lease.duration);
                     });
@@ -150,6 +160,27 @@ impl WriteLock {
         h.valid_until.map(|t| t - SAFETY)
     }
 
+    /// The generation of a lease this node holds and may write under now.
+    pub fn held_generation(&self) -> Option<u64> {
+        Self::usable(&self.snapshot()).ok().flatten()
+    }
+
+    /// The VDI id the held lock covers (`VdiId(0)` when unknown).
+    pub fn vdi(&self) -> VdiId {
+        self.snapshot().vdi
+    }
+
+    /// The lock moved to `vdi` with the snapshot this node took.
+    pub fn set_vdi(&self, vdi: VdiId) {
+        self.update(|h| h.vdi = vdi);
+    }
+
+    /// Stop writes for a moment (a snapshot): waits for those in flight; new ones wait
+    /// until the guard is dropped.
+    pub async fn pause(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.in_flight.write().await
+    }
+
     /// Whether a background renewal should start (and mark it started).
     pub fn start_renewing(&self) -> bool {
         let mut start = false;
@@ -172,7 +203,10 @@ impl WriteLock {
         let asked = Instant::now();
         match svc.acquire(vdi).await {
             Ok(lease) if lease.generation == h.generation => {
-                self.update(|h| h.valid_until = Some(asked + lease.duration));
+                self.update(|h| {
+                    h.valid_until = Some(asked + lease.duration);
+                    h.vdi = lease.vdi;
+                });
                 true
             }
             Ok(lease) => {

@@ -3,14 +3,19 @@
 //! on all of them (that is what makes NBD multi-conn correct).
 use bytes::{Bytes, BytesMut};
 use drove_replica::Gateway;
-use drove_types::{Error, ObjectId, Result, VdiInfo};
+use drove_types::{Error, ErrorKind, ObjectId, Result, VdiInfo};
 use futures::future::try_join_all;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::cow::{Cow, Source};
 use crate::lock::{LockService, WriteLock};
-use crate::map::extents;
+use crate::map::{extents, Extent};
+
+/// How long a write waits for this node to apply a snapshot that moved the VDI's
+/// lock to a new id before it gives up.
+const NEW_ID_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Allocation of a run of bytes, for NBD block status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +29,9 @@ pub struct Allocation {
 /// A VDI as a disk.
 pub struct Volume {
     info: RwLock<VdiInfo>,
+    /// The frozen parents of a clone, nearest first (empty for a VDI of its own).
+    parents: RwLock<Vec<VdiInfo>>,
+    cow: Cow,
     gateway: Arc<Gateway>,
     /// Objects written since the last successful flush.
     dirty: Mutex<BTreeSet<ObjectId>>,
@@ -34,11 +42,18 @@ pub struct Volume {
 }
 
 impl Volume {
-    /// A volume for `info`, doing I/O through `gateway` and taking the VDI's write
-    /// lock through `locks`.
-    pub fn new(info: VdiInfo, gateway: Arc<Gateway>, locks: Arc<dyn LockService>) -> Arc<Self> {
+    /// A volume for `info` (a clone reads through `parents`, nearest first), doing
+    /// I/O through `gateway` and taking the VDI's write lock through `locks`.
+    pub fn new(
+        info: VdiInfo,
+        parents: Vec<VdiInfo>,
+        gateway: Arc<Gateway>,
+        locks: Arc<dyn LockService>,
+    ) -> Arc<Self> {
         Arc::new(Volume {
             info: RwLock::new(info),
+            parents: RwLock::new(parents),
+            cow: Cow::default(),
             gateway,
             dirty: Mutex::new(BTreeSet::new()),
             locks,
@@ -71,6 +86,10 @@ impl Volume {
             let info = self.info();
             if let Err(e) = self.locks.release(&info, g).await {
                 tracing::warn!(vdi = %info.name, "releasing the lock failed (it will expire): {e}");
+            } else if info.ephemeral {
+                if let Err(e) = self.locks.last_writer_gone(&info).await {
+                    tracing::warn!(vdi = %info.name, "deleting the ephemeral clone failed: {e}");
+                }
             }
         }
     }
@@ -120,11 +139,70 @@ impl Volume {
         }
     }
 
-    /// Take a newer record (after a resize).
-    pub fn set_info(&self, info: VdiInfo) {
+    /// The record and the parents, as one consistent view.
+    fn view(&self) -> (VdiInfo, Vec<VdiInfo>) {
+        let parents = match self.parents.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        (self.info(), parents)
+    }
+
+    /// Take a newer record: a resize, or a snapshot that froze this volume's id as
+    /// its parent and gave it a new one.
+    pub fn set_info(&self, info: VdiInfo, parents: Vec<VdiInfo>) {
+        let old = self.info();
+        if info.id != old.id && info.parent == Some(old.id) {
+            self.cow.froze(old.id);
+            // The snapshot moved the lock (same generation) to the new id.
+            if self.lock.vdi() == old.id {
+                self.lock.set_vdi(info.id);
+            }
+        }
+        match self.parents.write() {
+            Ok(mut g) => *g = parents,
+            Err(p) => *p.into_inner() = parents,
+        }
         match self.info.write() {
             Ok(mut g) => *g = info,
             Err(p) => *p.into_inner() = info,
+        }
+    }
+
+    /// Take a snapshot between two writes: new writes wait, those in flight finish,
+    /// everything acknowledged is flushed, then `propose` freezes the current id in
+    /// the metadata and returns the VDI's new record (and parents), which this
+    /// volume writes to from then on. A FLUSH boundary, hence crash-consistent.
+    pub async fn snapshot_with<F, Fut>(&self, propose: F) -> Result<VdiInfo>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(VdiInfo, Vec<VdiInfo>)>>,
+    {
+        let _paused = self.lock.pause().await;
+        self.flush().await?;
+        let (info, parents) = propose().await?;
+        self.set_info(info.clone(), parents);
+        Ok(info)
+    }
+
+    /// The view to write under the lock just taken. The lock names the VDI id it
+    /// covers: after a snapshot this node has not applied yet, that is a newer id
+    /// than the volume's, and writing to the old one would change the snapshot.
+    async fn view_for_lock(&self) -> Result<(VdiInfo, Vec<VdiInfo>)> {
+        let want = self.lock.vdi();
+        let deadline = tokio::time::Instant::now() + NEW_ID_PATIENCE;
+        loop {
+            let view = self.view();
+            if want == drove_types::VdiId::default() || view.0.id == want {
+                return Ok(view);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::unavailable(format!(
+                    "VDI '{}' moved to id {want} (a snapshot or rollback) and this node has not caught up",
+                    view.0.name
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 
@@ -140,24 +218,189 @@ impl Volume {
 
     /// Read `len` bytes at `offset`; objects are read in parallel.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
-        let info = self.info();
+        let (info, parents) = self.view();
         Self::check(&info, offset, u64::from(len))?;
         let ex = extents(u64::from(info.object_size), offset, u64::from(len));
         if ex.len() == 1 {
-            let e = ex[0];
-            let oid = ObjectId::new(info.id, e.index);
-            return self.gateway.read(&info, oid, e.offset, len).await;
+            return self.read_extent(&info, &parents, ex[0]).await;
         }
-        let parts = try_join_all(ex.iter().map(|e| {
-            let oid = ObjectId::new(info.id, e.index);
-            self.gateway.read(&info, oid, e.offset, e.len as u32)
-        }))
-        .await?;
+        let parts = try_join_all(ex.iter().map(|e| self.read_extent(&info, &parents, *e))).await?;
         let mut out = BytesMut::with_capacity(len as usize);
         for p in parts {
             out.extend_from_slice(&p);
         }
         Ok(out.freeze())
+    }
+
+    /// One object's part of a read: from the VDI itself, or for a clone from the
+    /// nearest parent that has the object.
+    async fn read_extent(&self, info: &VdiInfo, parents: &[VdiInfo], e: Extent) -> Result<Bytes> {
+        let from = if info.parent.is_none() {
+            info.clone()
+        } else {
+            let held = self.lock.held_generation();
+            match self
+                .cow
+                .source(&self.gateway, info, parents, e.index, held)
+                .await?
+            {
+                Source::Vdi(v) => v,
+                Source::Zeros => return Ok(Bytes::from(vec![0u8; e.len as usize])),
+            }
+        };
+        let oid = ObjectId::new(from.id, e.index);
+        self.gateway.read(&from, oid, e.offset, e.len as u32).await
+    }
+
+    /// One object's part of a write (`data`) or zeroing (`None`). A clone's object
+    /// that only a parent has is copied up first, merged with this write.
+    async fn write_extent(
+        &self,
+        info: &VdiInfo,
+        parents: &[VdiInfo],
+        e: Extent,
+        data: Option<Bytes>,
+        fua: bool,
+        generation: u64,
+    ) -> Result<()> {
+        let oid = ObjectId::new(info.id, e.index);
+        if info.parent.is_some()
+            && self
+                .copy_up(info, parents, e, data.as_ref(), fua, generation)
+                .await?
+        {
+            return Ok(());
+        }
+        match data {
+            Some(d) => {
+                self.gateway
+                    .write(info, oid, e.offset, d, fua, generation)
+                    .await?
+            }
+            None => {
+                self.gateway
+                    .write_zeroes(info, oid, e.offset, e.len, fua, generation)
+                    .await?
+            }
+        }
+        if info.parent.is_some() {
+            self.cow.created(oid);
+        }
+        Ok(())
+    }
+
+    /// Copy object `e.index` up from the parent that has it, with this write merged
+    /// in, as one atomic create on each replica. False when there is nothing to copy
+    /// (the clone has the object, or no parent has it): the caller writes normally.
+    async fn copy_up(
+        &self,
+        info: &VdiInfo,
+        parents: &[VdiInfo],
+        e: Extent,
+        data: Option<&Bytes>,
+        fua: bool,
+        generation: u64,
+    ) -> Result<bool> {
+        let g = Some(generation);
+        let gw = &self.gateway;
+        let owned = |s: &Source| matches!(s, Source::Vdi(v) if v.id == info.id);
+        if owned(&self.cow.source(gw, info, parents, e.index, g).await?) {
+            return Ok(false);
+        }
+        let _one = self.cow.stripe(e.index).lock().await;
+        // Another write may have copied it up while this one waited.
+        let from = match self.cow.source(gw, info, parents, e.index, g).await? {
+            Source::Vdi(v) if v.id == info.id => return Ok(false),
+            Source::Vdi(v) => v,
+            // Zeroing what no one wrote stores nothing; a write creates the object.
+            Source::Zeros => return Ok(data.is_none()),
+        };
+        let whole = u64::from(info.object_size);
+        let mut buf = if e.offset == 0 && e.len == whole {
+            BytesMut::zeroed(whole as usize)
+        } else {
+            let base = gw
+                .read(&from, ObjectId::new(from.id, e.index), 0, info.object_size)
+                .await?;
+            BytesMut::from(&base[..])
+        };
+        let range = e.offset as usize..(e.offset + e.len) as usize;
+        match data {
+            Some(d) => buf[range].copy_from_slice(d),
+            None => buf[range].fill(0),
+        }
+        let oid = ObjectId::new(info.id, e.index);
+        gw.create(info, oid, buf.freeze(), generation).await?;
+        self.cow.created(oid);
+        if fua {
+            gw.flush(info, &[oid]).await?;
+        }
+        Ok(true)
+    }
+
+    /// Whether this node holds the VDI's write lock now.
+    pub fn holds_lock(&self) -> bool {
+        self.lock.held_generation().is_some()
+    }
+
+    /// Flatten: copy every object the VDI still reads from its parents into its own
+    /// id, a few at a time under the write lock, then flush. `progress(done, total)`
+    /// is called after each object. Returns the objects copied. The caller then
+    /// records in the metadata that the VDI has no parent any more.
+    pub async fn copy_up_all(self: &Arc<Self>, progress: impl Fn(u64, u64)) -> Result<u64> {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        let total = self.info().object_count();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let copied: Vec<bool> = stream::iter(0..total)
+            .map(|index| {
+                let (done, progress) = (&done, &progress);
+                async move {
+                    let info = self.info();
+                    let (generation, _in_flight) = self.write_generation(&info).await?;
+                    let (info, parents) = self.view_for_lock().await?;
+                    let e = Extent {
+                        index: index as u32,
+                        offset: 0,
+                        len: 0,
+                        buf_offset: 0,
+                    };
+                    let empty = Bytes::new();
+                    let up = info.parent.is_some()
+                        && self
+                            .within_lease(self.copy_up(
+                                &info,
+                                &parents,
+                                e,
+                                Some(&empty),
+                                false,
+                                generation,
+                            ))
+                            .await?;
+                    if up {
+                        self.mark_dirty(&info, &[e], false);
+                    }
+                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
+                    Ok::<bool, Error>(up)
+                }
+            })
+            .buffer_unordered(4)
+            .try_collect()
+            .await?;
+        self.flush().await?;
+        Ok(copied.iter().filter(|&&c| c).count() as u64)
+    }
+
+    fn read_only(info: &VdiInfo) -> Result<()> {
+        if info.snapshot {
+            return Err(Error::new(
+                ErrorKind::Locked,
+                format!(
+                    "'{}' is a snapshot and read-only: clone it to write (drove vdi clone {} NEW)",
+                    info.name, info.name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Run a write, failing it if the lease it was admitted under runs out first
@@ -196,15 +439,15 @@ impl Volume {
     /// Write `data` at `offset` on every replica; with `fua`, durably.
     pub async fn write(self: &Arc<Self>, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         let info = self.info();
+        Self::read_only(&info)?;
         Self::check(&info, offset, data.len() as u64)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
+        let (info, parents) = self.view_for_lock().await?;
         let ex = extents(u64::from(info.object_size), offset, data.len() as u64);
         self.within_lease(try_join_all(ex.iter().map(|e| {
-            let oid = ObjectId::new(info.id, e.index);
             let start = e.buf_offset as usize;
             let part = data.slice(start..start + e.len as usize);
-            self.gateway
-                .write(&info, oid, e.offset, part, fua, generation)
+            self.write_extent(&info, &parents, *e, Some(part), fua, generation)
         })))
         .await?;
         self.mark_dirty(&info, &ex, fua);
@@ -214,14 +457,15 @@ impl Volume {
     /// Make `[offset, offset+len)` read as zeros (also used for TRIM).
     pub async fn write_zeroes(self: &Arc<Self>, offset: u64, len: u64, fua: bool) -> Result<()> {
         let info = self.info();
+        Self::read_only(&info)?;
         Self::check(&info, offset, len)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
+        let (info, parents) = self.view_for_lock().await?;
         let ex = extents(u64::from(info.object_size), offset, len);
-        self.within_lease(try_join_all(ex.iter().map(|e| {
-            let oid = ObjectId::new(info.id, e.index);
-            self.gateway
-                .write_zeroes(&info, oid, e.offset, e.len, fua, generation)
-        })))
+        self.within_lease(try_join_all(
+            ex.iter()
+                .map(|e| self.write_extent(&info, &parents, *e, None, fua, generation)),
+        ))
         .await?;
         self.mark_dirty(&info, &ex, fua);
         Ok(())
@@ -230,7 +474,7 @@ impl Volume {
     /// Record written objects. Done after every replica answered and before the
     /// client is answered, so any write acknowledged before a FLUSH arrives is in the
     /// set that FLUSH takes. FUA writes are durable already.
-    fn mark_dirty(&self, info: &VdiInfo, ex: &[crate::map::Extent], fua: bool) {
+    fn mark_dirty(&self, info: &VdiInfo, ex: &[Extent], fua: bool) {
         if fua {
             return;
         }
@@ -262,11 +506,21 @@ impl Volume {
     /// Allocation of `[offset, offset+len)`, object by object: an object never
     /// written is a hole. Runs of equal state are merged.
     pub async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Allocation>> {
-        let info = self.info();
+        let (info, parents) = self.view();
         Self::check(&info, offset, len)?;
         let ex = extents(u64::from(info.object_size), offset, len);
-        let oids: Vec<ObjectId> = ex.iter().map(|e| ObjectId::new(info.id, e.index)).collect();
-        let flags = self.gateway.exists(&info, &oids).await?;
+        let flags = if info.parent.is_none() {
+            let oids: Vec<ObjectId> = ex.iter().map(|e| ObjectId::new(info.id, e.index)).collect();
+            self.gateway.exists(&info, &oids).await?
+        } else {
+            let held = self.lock.held_generation();
+            let found = try_join_all(ex.iter().map(|e| {
+                self.cow
+                    .source(&self.gateway, &info, &parents, e.index, held)
+            }))
+            .await?;
+            found.iter().map(|s| matches!(s, Source::Vdi(_))).collect()
+        };
         let mut out: Vec<Allocation> = Vec::new();
         for (e, allocated) in ex.iter().zip(flags) {
             match out.last_mut() {

@@ -1,0 +1,181 @@
+//! The admin API of a VDI's life cycle: snapshot, clone, rollback, flatten, and what
+//! every VDI takes on this node's disk (for `drove vdi tree`).
+//!
+//! A snapshot must fall between two writes of the VDI's writer. When this node holds
+//! the VDI's lock, its volume pauses writes, flushes and proposes the snapshot
+//! itself; when another live node holds it, the metadata refuses and the CLI asks
+//! that node. A lock left by a dead gateway is settled first (its replicas made
+//! identical), exactly as before serving the VDI again.
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use drove_meta::{Command, Meta, Reply};
+use drove_types::{Error, ErrorKind, Result, VdiInfo};
+use std::time::Duration;
+
+use crate::admin::{Admin, ApiErr};
+use crate::api;
+use crate::locks::now_ms;
+
+type ApiResult<T> = std::result::Result<Json<T>, ApiErr>;
+
+/// The life-cycle routes.
+pub fn router() -> Router<Admin> {
+    Router::new()
+        .route("/api/vdis/{name}/snapshot", post(snapshot))
+        .route("/api/vdis/{name}/clone", post(clone_vdi))
+        .route("/api/vdis/{name}/rollback", post(rollback))
+        .route("/api/vdis/{name}/flatten", post(flatten))
+        .route("/api/usage", get(usage))
+}
+
+fn vdi_of(reply: Reply) -> Result<VdiInfo> {
+    match reply {
+        Reply::Vdi(v) => Ok(v),
+        other => Err(Error::new(
+            ErrorKind::Io,
+            format!("Unexpected metadata reply {other:?}"),
+        )),
+    }
+}
+
+/// Wait until this node's metadata has applied `info` (the leader answered a
+/// command; a follower applies it a moment later), and return it with its parents.
+async fn applied(meta: &Meta, info: &VdiInfo) -> Result<(VdiInfo, Vec<VdiInfo>)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = meta.state();
+        if let Some(v) = state.vdis.get(&info.name).filter(|v| v.id == info.id) {
+            return Ok((v.clone(), state.ancestors(v)));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::unavailable(format!(
+                "VDI '{}' changed in the metadata, but this node has not applied it yet",
+                info.name
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn snapshot(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Snapshot>,
+) -> ApiResult<api::Snapshotted> {
+    let info = a.find_vdi(&name)?;
+    let meta = a.meta.clone();
+    let propose = || async {
+        let cmd = Command::SnapshotVdi {
+            name: name.clone(),
+            snap: req.snap.clone(),
+            by: meta.node_id(),
+            now_ms: now_ms(),
+        };
+        applied(&meta, &vdi_of(meta.execute(cmd).await?)?).await
+    };
+    let live = match a.exports.volume(&name) {
+        Some(vol) if vol.holds_lock() => vol.snapshot_with(propose).await?,
+        _ => {
+            a.exports.settle_crashed_writer(&info).await?;
+            propose().await?.0
+        }
+    };
+    let snapshot = a.find_vdi(&req.snap)?;
+    Ok(Json(api::Snapshotted {
+        snapshot,
+        vdi: live,
+    }))
+}
+
+async fn clone_vdi(
+    State(a): State<Admin>,
+    Path(snap): Path<String>,
+    Json(req): Json<api::Clone>,
+) -> ApiResult<Vec<api::VdiDetail>> {
+    let cmd = match &req.names[..] {
+        [] => return Err(Error::invalid("Name at least one clone").into()),
+        [name] => Command::CloneVdi {
+            snap,
+            name: name.clone(),
+            ephemeral: req.ephemeral,
+        },
+        _ => Command::CloneMany {
+            snap,
+            names: req.names.clone(),
+            ephemeral: req.ephemeral,
+        },
+    };
+    a.meta.execute(cmd).await?;
+    let mut out = Vec::with_capacity(req.names.len());
+    for name in &req.names {
+        out.push(a.detail(a.find_vdi(name)?));
+    }
+    Ok(Json(out))
+}
+
+async fn rollback(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Rollback>,
+) -> ApiResult<api::VdiDetail> {
+    let reply = a
+        .meta
+        .execute(Command::RollbackVdi {
+            name,
+            snap: req.snap,
+            now_ms: now_ms(),
+        })
+        .await?;
+    Ok(Json(a.detail(vdi_of(reply)?)))
+}
+
+async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::Flattened> {
+    let info = a.find_vdi(&name)?;
+    if info.parent.is_none() {
+        return Ok(Json(api::Flattened {
+            vdi: info,
+            copied: 0,
+        }));
+    }
+    if info.snapshot {
+        return Err(Error::invalid(format!(
+            "'{name}' is a snapshot (read-only): flatten its clones instead"
+        ))
+        .into());
+    }
+    a.exports.settle_crashed_writer(&info).await?;
+    // The volume clients here share: its lock and copy-up order cover both.
+    let vol = a.exports.volume_or_open(&name)?;
+    vol.attach();
+    let res = vol.copy_up_all(|_, _| {}).await;
+    vol.detach();
+    let copied = res?;
+    let reply = a
+        .meta
+        .execute(Command::Flattened {
+            name: name.clone(),
+            id: info.id,
+        })
+        .await?;
+    let (vdi, parents) = applied(&a.meta, &vdi_of(reply)?).await?;
+    vol.set_info(vdi.clone(), parents);
+    tracing::info!(vdi = %name, copied, "flattened");
+    Ok(Json(api::Flattened { vdi, copied }))
+}
+
+async fn usage(State(a): State<Admin>) -> ApiResult<api::Usage> {
+    let store = a.recoverer.store().clone();
+    let by_vdi = drove_replica::local::blocking(&store, |s| s.usage()).await?;
+    Ok(Json(api::Usage {
+        node_id: a.meta.node_id(),
+        vdis: by_vdi
+            .into_iter()
+            .map(|(id, u)| api::VdiUsage {
+                id,
+                objects: u.objects,
+                bytes: u.bytes,
+            })
+            .collect(),
+    }))
+}
