@@ -1,9 +1,17 @@
 //! A real VM for tests: Debian's kernel and a busybox initramfs built here, booted
 //! by QEMU under TCG with its virtio disk on an NBD URI. The guest's /init is a shell
 //! script; what it prints on the serial console is what the test reads.
+//!
+//! Two ways to run it: [`VmKit::boot`] runs a VM to completion and returns its console;
+//! [`VmKit::start`] returns a running [`Vm`] driven over QMP (pause, migrate, quit)
+//! whose console is logged to a file and whose console input the test can type into.
+use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// Kernel, modules and tools for a VM, or the reason a test cannot run one.
@@ -170,5 +178,223 @@ impl VmKit {
             "VM did not power off within {timeout:?}:\n{text}"
         );
         text
+    }
+}
+
+/// Whether a started VM boots or waits for an incoming migration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Boot the kernel at once.
+    Boot,
+    /// Stay paused (`-S`) and wait for a migration stream (`-incoming defer`); call
+    /// [`Vm::listen_for_migration`] to open the port.
+    Incoming,
+}
+
+impl VmKit {
+    /// Start QEMU with its disk at `uri`, keeping its files in `dir` (`console.log`,
+    /// `qemu.err`, `qmp.sock`). Source and destination of a migration must be started
+    /// with the same `initrd` and `uri` form: QEMU requires identical device setups.
+    pub fn start(&self, initrd: &Path, uri: &str, dir: &Path, start: Start) -> Vm {
+        std::fs::create_dir_all(dir).unwrap();
+        let console_log = dir.join("console.log");
+        let qmp_sock = dir.join("qmp.sock");
+        let mut cmd = Command::new("qemu-system-x86_64");
+        // -nodefaults: no NIC or VGA to probe; the serial port is the only console.
+        cmd.args([
+            "-accel",
+            "tcg",
+            "-m",
+            "256",
+            "-nodefaults",
+            "-display",
+            "none",
+        ])
+        .arg("-no-reboot")
+        .arg("-kernel")
+        .arg(&self.kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args([
+            "-drive",
+            &format!("file={uri},format=raw,if=virtio,cache=none"),
+        ])
+        .args(["-serial", "stdio"])
+        .args([
+            "-qmp",
+            &format!("unix:{},server=on,wait=off", qmp_sock.display()),
+        ]);
+        if start == Start::Incoming {
+            cmd.args(["-S", "-incoming", "defer"]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(File::create(&console_log).unwrap())
+            .stderr(File::create(dir.join("qemu.err")).unwrap())
+            .spawn()
+            .expect("qemu-system-x86_64");
+        let console_in = child.stdin.take().unwrap();
+        let qmp = Qmp::connect(&qmp_sock, Duration::from_secs(30));
+        Vm {
+            child,
+            console_in,
+            console_log,
+            dir: dir.to_path_buf(),
+            qmp,
+        }
+    }
+}
+
+/// A running QEMU; killed when dropped.
+pub struct Vm {
+    child: Child,
+    /// The serial console's input (QEMU's stdin): what is written here the guest
+    /// reads from /dev/ttyS0. Kept open for the VM's life, so QEMU never sees EOF.
+    console_in: ChildStdin,
+    console_log: PathBuf,
+    dir: PathBuf,
+    /// The VM's QMP monitor.
+    pub qmp: Qmp,
+}
+
+impl Vm {
+    /// Everything the guest printed on its serial console so far.
+    pub fn console(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.console_log).unwrap_or_default()).into_owned()
+    }
+
+    /// What QEMU itself printed on stderr (errors, warnings).
+    pub fn qemu_errors(&self) -> String {
+        std::fs::read_to_string(self.dir.join("qemu.err")).unwrap_or_default()
+    }
+
+    /// Type `line` and Enter on the serial console.
+    pub fn type_line(&mut self, line: &str) {
+        writeln!(self.console_in, "{line}").unwrap();
+        self.console_in.flush().unwrap();
+    }
+
+    /// QEMU's run state (`running`, `paused`, `inmigrate`, `postmigrate`, ...).
+    pub fn status(&mut self) -> String {
+        let r = self.qmp.execute("query-status", json!({})).unwrap();
+        r["status"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// On a VM started with [`Start::Incoming`]: listen for the migration stream on
+    /// a free port of 127.0.0.1 (QEMU picks it, so there is no race for the port).
+    pub fn listen_for_migration(&mut self) -> u16 {
+        let uri = json!({"uri": "tcp:127.0.0.1:0"});
+        self.qmp.execute("migrate-incoming", uri).unwrap();
+        let info = self.qmp.execute("query-migrate", json!({})).unwrap();
+        let port = &info["socket-address"][0]["port"];
+        port.as_str()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no listening port in {info}"))
+    }
+
+    /// Migrate to the VM listening on `port` and wait until the migration completed
+    /// (this VM is then paused in `postmigrate`). Panics if it fails or takes longer
+    /// than `timeout`.
+    pub fn migrate_to(&mut self, port: u16, timeout: Duration) {
+        let uri = json!({"uri": format!("tcp:127.0.0.1:{port}")});
+        self.qmp.execute("migrate", uri).unwrap();
+        super::wait_until(timeout, "the migration to complete", || {
+            let info = self.qmp.execute("query-migrate", json!({})).unwrap();
+            let status = info["status"].as_str().unwrap_or_default();
+            assert!(
+                !matches!(status, "failed" | "cancelled"),
+                "migration {status}: {info}"
+            );
+            status == "completed"
+        });
+    }
+
+    /// Wait until QEMU exits (the guest powered off, or `quit`).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut status = None;
+        super::wait_until(timeout, "QEMU to exit", || {
+            status = self.child.try_wait().unwrap();
+            status.is_some()
+        });
+        status.unwrap()
+    }
+
+    /// Stop QEMU through QMP and wait for it to exit.
+    pub fn quit(&mut self) {
+        // QEMU may close the socket before its reply arrives: the exit is what counts.
+        let _ = self.qmp.execute("quit", json!({}));
+        self.wait_exit(Duration::from_secs(30));
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A QMP client: one JSON object per line over QEMU's monitor socket.
+pub struct Qmp {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Qmp {
+    /// Connect to the socket at `path` (QEMU creates it shortly after it starts),
+    /// read the greeting and leave capabilities negotiation mode.
+    pub fn connect(path: &Path, timeout: Duration) -> Qmp {
+        let mut stream = None;
+        super::wait_until(timeout, "QEMU's QMP socket", || {
+            stream = UnixStream::connect(path).ok();
+            stream.is_some()
+        });
+        let writer = stream.unwrap();
+        // A QEMU that hangs must fail the test, not block it forever.
+        writer
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let reader = BufReader::new(writer.try_clone().unwrap());
+        let mut qmp = Qmp { reader, writer };
+        let greeting = qmp.read_message().expect("QMP greeting");
+        assert!(
+            greeting.get("QMP").is_some(),
+            "not a QMP greeting: {greeting}"
+        );
+        qmp.execute("qmp_capabilities", json!({})).unwrap();
+        qmp
+    }
+
+    /// Run `command` with `arguments`: its `return` value, or its `error` as text.
+    /// Asynchronous events that arrive before the reply are skipped.
+    pub fn execute(&mut self, command: &str, arguments: Value) -> Result<Value, String> {
+        let request = json!({"execute": command, "arguments": arguments});
+        writeln!(self.writer, "{request}").map_err(|e| format!("QMP write: {e}"))?;
+        loop {
+            let Some(message) = self.read_message() else {
+                return Err(format!("QMP closed before the reply to {command}"));
+            };
+            if let Some(value) = message.get("return") {
+                return Ok(value.clone());
+            }
+            if let Some(error) = message.get("error") {
+                return Err(format!("{command}: {error}"));
+            }
+        }
+    }
+
+    /// The next message, or None when QEMU closed the connection.
+    fn read_message(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("bad QMP line {line:?}: {e}")),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+            Err(e) => panic!("QMP read: {e}"),
+        }
     }
 }
