@@ -54,16 +54,6 @@ fn fio_verify(uri: &str) -> Child {
         .expect("fio")
 }
 
-fn vdi_names(c: &Cluster) -> Vec<String> {
-    let o = c.drove(0, &["vdi", "list", "--json"]);
-    let v: Value = serde_json::from_str(&ok(&o, "vdi list")).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn test_snapshot_under_fio_load_then_clone_sees_it_and_writes_stay_apart() {
     if !have("fio") || !have("qemu-io") || !have("qemu-img") {
@@ -188,7 +178,7 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
         msg.contains("base") && msg.contains("c1") && msg.contains("--flatten"),
         "{msg}"
     );
-    assert!(vdi_names(&c).contains(&"s1".to_string()));
+    assert!(c.vdi_names().contains(&"s1".to_string()));
 
     // Rollback throws away what base wrote since s2.
     ok(
@@ -216,7 +206,7 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
         &c.drove(0, &["vdi", "delete", "s1", "--flatten"]),
         "delete s1",
     );
-    let names = vdi_names(&c);
+    let names = c.vdi_names();
     assert!(!names.contains(&"s1".to_string()) && !names.contains(&"s2".to_string()));
     qemu_io(&n0.uri("base"), &["read -P 0x11 0 12M".into()]);
     qemu_io(
@@ -242,7 +232,7 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
         &["read -P 0x22 4M 4k".into(), "write -P 0x44 0 4k".into()],
     );
     wait_until(Duration::from_secs(10), "the ephemeral clone to go", || {
-        !vdi_names(&c).contains(&"tmp".to_string())
+        !c.vdi_names().contains(&"tmp".to_string())
     });
 }
 

@@ -59,15 +59,6 @@ fn allocated(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().blocks() * 512
 }
 
-fn vdi_names(c: &Cluster) -> Vec<String> {
-    let v = json(&ok(c.drove(0, &["vdi", "list", "--json"]), "vdi list"));
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn test_qcow2_import_then_export_raw_and_qcow2_is_identical() {
     if !have("qemu-img") || !have("qemu-io") {
@@ -268,7 +259,7 @@ fn test_refusals_leave_vdis_and_files_untouched() {
     );
     assert!(e.contains("no such file") && e.contains("nope.img"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "one-line error: {e}");
-    assert!(!vdi_names(&c).contains(&"ghost".to_string()));
+    assert!(!c.vdi_names().contains(&"ghost".to_string()));
 
     // An existing VDI: refused before anything is written to it.
     c.create_vdi("keep", "64M", &["--copies", "3"]);
@@ -299,7 +290,7 @@ fn test_refusals_leave_vdis_and_files_untouched() {
         "import via node 99",
     );
     assert!(e.contains("No node 99"), "{e}");
-    assert!(!vdi_names(&c).contains(&"n9".to_string()));
+    assert!(!c.vdi_names().contains(&"n9".to_string()));
 
     // A copy that fails half-way (a qcow2 whose first L1 entry is corrupt): the VDI
     // the import created is deleted again and the error says why.
@@ -315,7 +306,7 @@ fn test_refusals_leave_vdis_and_files_untouched() {
         "import of a corrupt qcow2",
     );
     assert!(e.contains("deleted again") && e.contains("corrupt"), "{e}");
-    assert!(!vdi_names(&c).contains(&"broken".to_string()));
+    assert!(!c.vdi_names().contains(&"broken".to_string()));
 
     // An existing file: not replaced without --force, and no temporary file is left.
     let dst = tmp.path().join("precious.raw");

@@ -151,14 +151,20 @@ impl VdiExports {
         }
     }
 
-    /// The volume of `name` that clients here share, opened if none is.
-    pub fn volume_or_open(&self, name: &str) -> Result<Arc<Volume>> {
+    /// The record of VDI `name` in this node's metadata.
+    fn record(&self, name: &str) -> Result<(Arc<drove_meta::MetaState>, VdiInfo)> {
         let state = self.meta.state();
         let info = state
             .vdis
             .get(name)
             .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
             .clone();
+        Ok((state, info))
+    }
+
+    /// The volume of `name` that clients here share, opened if none is.
+    pub fn volume_or_open(&self, name: &str) -> Result<Arc<Volume>> {
+        let (state, info) = self.record(name)?;
         let mut vols = self
             .volumes
             .lock()
@@ -190,12 +196,7 @@ impl Exports for VdiExports {
     }
 
     async fn open(&self, name: &str) -> Result<Arc<dyn Export>> {
-        let state = self.meta.state();
-        let info = state
-            .vdis
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
-            .clone();
+        let (_, info) = self.record(name)?;
         self.settle_crashed_writer(&info).await?;
         let vol = self.volume_or_open(name)?;
         vol.attach();

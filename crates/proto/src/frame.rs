@@ -124,9 +124,16 @@ impl<H: DeserializeOwned> Frame<H> {
         }
         let body_len = check_prefix(&prefix).map_err(invalid)?;
         let want = u32::from_be_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]);
-        let mut body = vec![0u8; body_len];
-        r.read_exact(&mut body).await?;
-        let frame = Self::from_body(Bytes::from(body), want).map_err(invalid)?;
+        // Read into spare capacity: zero-filling a buffer of up to 4 MiB only to
+        // overwrite it showed up as a tenth of a node's CPU time during recovery.
+        let mut body = BytesMut::with_capacity(body_len);
+        let mut rest = (&mut *r).take(body_len as u64);
+        while body.len() < body_len {
+            if rest.read_buf(&mut body).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        let frame = Self::from_body(body.freeze(), want).map_err(invalid)?;
         Ok(Some((frame, PREFIX + body_len)))
     }
 }

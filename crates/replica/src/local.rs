@@ -33,6 +33,8 @@ pub struct LocalStore {
     fence: Fence,
     catchup: CatchUp,
     repair: OnceLock<Weak<dyn Repair>>,
+    /// Client reads and writes applied here (not recovery's): recovery yields to them.
+    client_ops: std::sync::atomic::AtomicU64,
 }
 
 impl LocalStore {
@@ -48,6 +50,7 @@ impl LocalStore {
             fence: Fence::default(),
             catchup,
             repair: OnceLock::new(),
+            client_ops: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -64,6 +67,11 @@ impl LocalStore {
     /// The lock generations this node enforces.
     pub fn fence(&self) -> &Fence {
         &self.fence
+    }
+
+    /// Client reads and writes applied here so far.
+    pub fn client_ops(&self) -> u64 {
+        self.client_ops.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Which copies here are current, and the epoch caught up with.
@@ -98,6 +106,17 @@ impl LocalStore {
     /// Apply `req` (with its `payload`) here. Forwarding is not done here.
     pub async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         let store = &self.store;
+        if matches!(
+            req,
+            PeerReq::Read { .. }
+                | PeerReq::Write { .. }
+                | PeerReq::WriteZeroes { .. }
+                | PeerReq::Create { .. }
+                | PeerReq::Flush { .. }
+        ) {
+            self.client_ops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match req {
             PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
             &PeerReq::Read { oid, offset, len } => {

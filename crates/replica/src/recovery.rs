@@ -126,7 +126,15 @@ pub struct Recoverer {
     pass: Mutex<Pass>,
     limit_mib_s: AtomicU32,
     bucket: tokio::sync::Mutex<Instant>,
+    /// Client operations counted at the last look, and when they last changed.
+    client_seen: Mutex<(u64, Instant)>,
 }
+
+/// Objects recovered at once by one node.
+const PARALLEL: usize = 4;
+
+/// Recovery is limited until clients have left the node alone this long.
+const CLIENT_QUIET: Duration = Duration::from_millis(500);
 
 impl Recoverer {
     /// The engine of node `me`; it also becomes `local`'s on-demand [`Repair`].
@@ -142,6 +150,7 @@ impl Recoverer {
             pass: Mutex::new(Pass::new(Epoch(0), 0)),
             limit_mib_s: AtomicU32::new(0),
             bucket: tokio::sync::Mutex::new(Instant::now()),
+            client_seen: Mutex::new((0, Instant::now())),
         });
         let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
         local.set_repair(weak);
@@ -374,29 +383,42 @@ impl Recoverer {
     /// Recover every pending copy this node holds; true when none is left (then the
     /// epoch is recorded as clean). Stops early when a newer view arrives.
     async fn recover_all(&self, view: &View, rx: &watch::Receiver<Arc<View>>) -> bool {
+        use futures::stream::{self, StreamExt};
         let cu = self.local.catchup();
         let todo: Vec<ObjectId> = cu
             .pending()
             .into_iter()
             .filter(|&o| view.holds(&view.map, self.me, o))
             .collect();
-        for oid in todo {
-            if rx.has_changed().unwrap_or(false) {
-                return false;
-            }
-            match self.recover(oid, true).await {
-                Ok(()) => self.count(|p| p.done += 1),
-                Err(e) => {
-                    tracing::warn!(%oid, "recovery of the object failed: {e}");
-                    self.count(|p| p.failed += 1);
+        // A few objects at a time: one object is a chain of round trips, disk reads
+        // and writes, and one at a time leaves both the network and the disks idle
+        // most of the time.
+        stream::iter(todo)
+            .take_while(|_| futures::future::ready(!rx.has_changed().unwrap_or(false)))
+            .for_each_concurrent(PARALLEL, |oid| async move {
+                match self.recover(oid, true).await {
+                    Ok(()) => self.count(|p| p.done += 1),
+                    Err(e) => {
+                        tracing::warn!(%oid, "recovery of the object failed: {e}");
+                        self.count(|p| p.failed += 1);
+                    }
                 }
-            }
+            })
+            .await;
+        if rx.has_changed().unwrap_or(false) {
+            return false;
         }
         let left = cu
             .pending()
             .into_iter()
             .any(|o| view.holds(&view.map, self.me, o));
         if left {
+            return false;
+        }
+        // Copies are written without fsync; they are durable before the node says
+        // it is clean (a crash before that makes it recover everything again).
+        if let Err(e) = blocking(self.local.store(), |s| s.flush(&[])).await {
+            tracing::warn!("cannot flush recovered copies: {e}");
             return false;
         }
         if let Err(e) = cu.set_clean(view.map.epoch) {
@@ -452,6 +474,18 @@ impl Recoverer {
         // Current holders first, in placement order.
         others.sort_by_key(|n| placed.iter().position(|p| p == n).unwrap_or(usize::MAX));
         others.dedup();
+        // A copy this node does not have at all (it gained the object): fetch it
+        // from the first holder that knows its copy is current, without comparing
+        // digests first (each digest reads the whole object on its holder).
+        let oid_ = oid;
+        if !blocking(self.local.store(), move |s| s.exists(oid_)).await? {
+            for &src in &others {
+                match self.copy(oid, len, src, false, limited).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => tracing::debug!(%oid, node = %src, "direct fetch failed: {e}"),
+                }
+            }
+        }
         let digests = self.digests_of(&others, oid, len, view.map.epoch).await;
         let mine = self.local.digest(oid, len).await?;
         let source = digests
@@ -533,17 +567,27 @@ impl Recoverer {
         }
         let cu = self.local.catchup();
         let _held = cu.copy_lock(oid).await;
-        let written = blocking(self.local.store(), move |s| write_sparse(s, oid, &data)).await?;
+        // A bulk pass (`limited`) flushes once at its end; a single repair now.
+        let written = blocking(self.local.store(), move |s| {
+            let n = write_sparse(s, oid, &data)?;
+            if !limited {
+                s.flush(&[oid])?;
+            }
+            Ok(n)
+        })
+        .await?;
         cu.mark_current(oid);
         self.count(|p| p.bytes += written);
         tracing::debug!(%oid, from = %src, bytes = written, "object recovered");
         Ok(())
     }
 
-    /// Keep the copy rate under the limit: a token bucket whose tokens are time.
+    /// Keep the copy rate under the limit while clients use this node: a token
+    /// bucket whose tokens are time. A node no client has used for a moment copies
+    /// at full speed (recovery yields to client I/O, it does not idle next to none).
     pub(crate) async fn throttle(&self, bytes: u64) {
         let limit = u64::from(self.limit_mib_s.load(Ordering::Relaxed)) << 20;
-        if limit == 0 {
+        if limit == 0 || !self.clients_active() {
             return;
         }
         let cost = Duration::from_secs_f64(bytes as f64 / limit as f64);
@@ -558,6 +602,16 @@ impl Recoverer {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Whether clients did I/O on this node within the last [`CLIENT_QUIET`].
+    fn clients_active(&self) -> bool {
+        let ops = self.local.client_ops();
+        let mut seen = self.client_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if ops != seen.0 {
+            *seen = (ops, Instant::now());
+        }
+        seen.1.elapsed() < CLIENT_QUIET
     }
 
     /// Delete copies this node no longer holds once every holder has a current copy
@@ -616,7 +670,6 @@ fn write_sparse(s: &dyn drove_objstore::ObjectStore, oid: ObjectId, data: &[u8])
         s.write(oid, start as u64, &data[start..end])?;
         stored += (end - start) as u64;
     }
-    s.flush(&[oid])?;
     Ok(stored)
 }
 

@@ -131,6 +131,18 @@ impl Cluster {
             .args(["--cluster", &self.nodes[i].admin]))
     }
 
+    /// The names in `drove vdi list`.
+    pub fn vdi_names(&self) -> Vec<String> {
+        let o = self.drove(0, &["vdi", "list", "--json"]);
+        assert!(o.status.success(), "vdi list failed: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// `drove vdi create` that must succeed.
     pub fn create_vdi(&self, name: &str, size: &str, extra: &[&str]) {
         let mut args = vec!["vdi", "create", name, size];

@@ -3,33 +3,7 @@ use super::*;
 use drove_types::DEFAULT_OBJECT_SIZE;
 
 fn state() -> MetaState {
-    let mut s = MetaState::default();
-    for id in 1..=3 {
-        let n = NodeInfo {
-            id: NodeId(id),
-            zone: format!("z{id}"),
-            weight: 1,
-            admin_addr: String::new(),
-            peer_addr: String::new(),
-            nbd_addr: String::new(),
-            nbd_socket: String::new(),
-            state: NodeState::Up,
-        };
-        s.apply(&Command::UpsertNode(n), 100).unwrap();
-    }
-    s.apply(
-        &Command::CreateVdi {
-            name: "base".into(),
-            size: 1 << 30,
-            copies: Some(3),
-            mode: ReplicationMode::Direct,
-            object_size: DEFAULT_OBJECT_SIZE,
-            now: 100,
-        },
-        100,
-    )
-    .unwrap();
-    s
+    super::lock_tests::state_with("base")
 }
 
 fn vdi(r: ApplyResult) -> VdiInfo {

@@ -3,6 +3,11 @@ use super::*;
 use drove_types::DEFAULT_OBJECT_SIZE;
 
 fn state() -> MetaState {
+    state_with("vm")
+}
+
+/// Three nodes up in three zones and one 1 GiB VDI `name` with copies=3.
+pub(super) fn state_with(name: &str) -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=3 {
         let n = NodeInfo {
@@ -19,7 +24,7 @@ fn state() -> MetaState {
     }
     s.apply(
         &Command::CreateVdi {
-            name: "vm".into(),
+            name: name.into(),
             size: 1 << 30,
             copies: Some(3),
             mode: ReplicationMode::Direct,
