@@ -28,9 +28,9 @@ pub struct Allocation {
 
 /// A VDI as a disk.
 pub struct Volume {
-    info: RwLock<VdiInfo>,
-    /// The frozen parents of a clone, nearest first (empty for a VDI of its own).
-    parents: RwLock<Vec<VdiInfo>>,
+    /// The record, and the frozen parents of a clone nearest first (empty for a VDI
+    /// of its own): one lock, so a reader never pairs a new id with old parents.
+    view: RwLock<(VdiInfo, Vec<VdiInfo>)>,
     cow: Cow,
     gateway: Arc<Gateway>,
     /// Objects written since the last successful flush.
@@ -51,8 +51,7 @@ impl Volume {
         locks: Arc<dyn LockService>,
     ) -> Arc<Self> {
         Arc::new(Volume {
-            info: RwLock::new(info),
-            parents: RwLock::new(parents),
+            view: RwLock::new((info, parents)),
             cow: Cow::default(),
             gateway,
             dirty: Mutex::new(BTreeSet::new()),
@@ -133,19 +132,18 @@ impl Volume {
 
     /// The VDI record as last seen.
     pub fn info(&self) -> VdiInfo {
-        match self.info.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
+        match self.view.read() {
+            Ok(g) => g.0.clone(),
+            Err(p) => p.into_inner().0.clone(),
         }
     }
 
     /// The record and the parents, as one consistent view.
     fn view(&self) -> (VdiInfo, Vec<VdiInfo>) {
-        let parents = match self.parents.read() {
+        match self.view.read() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
-        };
-        (self.info(), parents)
+        }
     }
 
     /// Take a newer record: a resize, or a snapshot that froze this volume's id as
@@ -159,13 +157,9 @@ impl Volume {
                 self.lock.set_vdi(info.id);
             }
         }
-        match self.parents.write() {
-            Ok(mut g) => *g = parents,
-            Err(p) => *p.into_inner() = parents,
-        }
-        match self.info.write() {
-            Ok(mut g) => *g = info,
-            Err(p) => *p.into_inner() = info,
+        match self.view.write() {
+            Ok(mut g) => *g = (info, parents),
+            Err(p) => *p.into_inner() = (info, parents),
         }
     }
 
