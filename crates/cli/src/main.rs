@@ -6,6 +6,7 @@ mod cluster_cmd;
 mod heal_cmd;
 mod lineage_cmd;
 mod node_cmd;
+mod qemu_img;
 mod table;
 mod transfer;
 mod up;
