@@ -136,6 +136,20 @@ impl VmKit {
         out
     }
 
+    /// The kernel, the initramfs and the disk at `uri` (virtio, no host cache),
+    /// powering off instead of rebooting.
+    fn guest_args(&self, initrd: &Path, uri: &str) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = vec!["-no-reboot".into(), "-kernel".into()];
+        a.push(self.kernel.clone().into_os_string());
+        a.push("-initrd".into());
+        a.push(initrd.as_os_str().to_owned());
+        a.push("-append".into());
+        a.push("console=ttyS0 panic=-1 quiet".into());
+        a.push("-drive".into());
+        a.push(format!("file={uri},format=raw,if=virtio,cache=none").into());
+        a
+    }
+
     /// Boot with the disk at `uri`; returns everything the guest printed. Panics on
     /// a timeout.
     pub fn boot(&self, initrd: &Path, uri: &str, timeout: Duration) -> String {
@@ -148,17 +162,8 @@ impl VmKit {
                 "-m",
                 "256",
                 "-nographic",
-                "-no-reboot",
             ])
-            .arg("-kernel")
-            .arg(&self.kernel)
-            .arg("-initrd")
-            .arg(initrd)
-            .args(["-append", "console=ttyS0 panic=-1 quiet"])
-            .args([
-                "-drive",
-                &format!("file={uri},format=raw,if=virtio,cache=none"),
-            ])
+            .args(self.guest_args(initrd, uri))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -210,16 +215,7 @@ impl VmKit {
             "-display",
             "none",
         ])
-        .arg("-no-reboot")
-        .arg("-kernel")
-        .arg(&self.kernel)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
-        .args([
-            "-drive",
-            &format!("file={uri},format=raw,if=virtio,cache=none"),
-        ])
+        .args(self.guest_args(initrd, uri))
         .args(["-serial", "stdio"])
         .args([
             "-qmp",
