@@ -139,13 +139,14 @@ fn find_vdi(a: &Admin, name: &str) -> Result<VdiInfo, Error> {
         .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))
 }
 
-fn expect_vdi(reply: Reply) -> Result<VdiInfo, ApiErr> {
+/// The VDI record a metadata command answered with.
+pub(crate) fn expect_vdi(reply: Reply) -> Result<VdiInfo, Error> {
     match reply {
         Reply::Vdi(v) => Ok(v),
-        other => Err(ApiErr(Error::new(
+        other => Err(Error::new(
             ErrorKind::Io,
             format!("Unexpected metadata reply {other:?}"),
-        ))),
+        )),
     }
 }
 

@@ -9,11 +9,11 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use drove_meta::{Command, Meta, Reply};
-use drove_types::{Error, ErrorKind, Result, VdiInfo};
+use drove_meta::{Command, Meta};
+use drove_types::{Error, Result, VdiInfo};
 use std::time::Duration;
 
-use crate::admin::{Admin, ApiErr};
+use crate::admin::{expect_vdi, Admin, ApiErr};
 use crate::api;
 use crate::locks::now_ms;
 
@@ -27,16 +27,6 @@ pub fn router() -> Router<Admin> {
         .route("/api/vdis/{name}/rollback", post(rollback))
         .route("/api/vdis/{name}/flatten", post(flatten))
         .route("/api/usage", get(usage))
-}
-
-fn vdi_of(reply: Reply) -> Result<VdiInfo> {
-    match reply {
-        Reply::Vdi(v) => Ok(v),
-        other => Err(Error::new(
-            ErrorKind::Io,
-            format!("Unexpected metadata reply {other:?}"),
-        )),
-    }
 }
 
 /// Wait until this node's metadata has applied `info` (the leader answered a
@@ -72,7 +62,7 @@ async fn snapshot(
             by: meta.node_id(),
             now_ms: now_ms(),
         };
-        applied(&meta, &vdi_of(meta.execute(cmd).await?)?).await
+        applied(&meta, &expect_vdi(meta.execute(cmd).await?)?).await
     };
     let live = match a.exports.volume(&name) {
         Some(vol) if vol.holds_lock() => vol.snapshot_with(propose).await?,
@@ -127,7 +117,7 @@ async fn rollback(
             now_ms: now_ms(),
         })
         .await?;
-    Ok(Json(a.detail(vdi_of(reply)?)))
+    Ok(Json(a.detail(expect_vdi(reply)?)))
 }
 
 async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::Flattened> {
@@ -148,7 +138,7 @@ async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<
     // The volume clients here share: its lock and copy-up order cover both.
     let vol = a.exports.volume_or_open(&name)?;
     vol.attach();
-    let res = vol.copy_up_all(|_, _| {}).await;
+    let res = vol.copy_up_all().await;
     vol.detach();
     let copied = res?;
     let reply = a
@@ -158,7 +148,7 @@ async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<
             id: info.id,
         })
         .await?;
-    let (vdi, parents) = applied(&a.meta, &vdi_of(reply)?).await?;
+    let (vdi, parents) = applied(&a.meta, &expect_vdi(reply)?).await?;
     vol.set_info(vdi.clone(), parents);
     tracing::info!(vdi = %name, copied, "flattened");
     Ok(Json(api::Flattened { vdi, copied }))

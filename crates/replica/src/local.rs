@@ -86,8 +86,16 @@ impl LocalStore {
         )
     }
 
-    /// Hold `oid` for a write from `epoch`, recovering a pending copy first.
-    async fn admit_write(&self, oid: ObjectId, epoch: Epoch) -> Result<OwnedRwLockReadGuard<()>> {
+    /// Admit a write (or zero, or create) of `oid` from the gateway holding lock
+    /// `generation` on a map of `epoch`: refuse an older generation (fencing), then
+    /// hold the object, recovering a pending copy first.
+    async fn admit_write(
+        &self,
+        oid: ObjectId,
+        epoch: Epoch,
+        generation: u64,
+    ) -> Result<OwnedRwLockReadGuard<()>> {
+        self.fence.admit(oid.vdi, generation)?;
         self.catchup.admit_epoch(epoch, true).await?;
         loop {
             let guard = self.catchup.write_lock(oid).await;
@@ -134,8 +142,7 @@ impl LocalStore {
                 generation,
                 ..
             } => {
-                self.fence.admit(oid.vdi, generation)?;
-                let _held = self.admit_write(oid, epoch).await?;
+                let _held = self.admit_write(oid, epoch, generation).await?;
                 if !fua && payload.len() <= INLINE_MAX {
                     // A small write without FUA lands in the page cache and takes a few
                     // microseconds; handing it to the blocking pool and back costs more
@@ -163,8 +170,7 @@ impl LocalStore {
                 generation,
                 ..
             } => {
-                self.fence.admit(oid.vdi, generation)?;
-                let _held = self.admit_write(oid, epoch).await?;
+                let _held = self.admit_write(oid, epoch, generation).await?;
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
                     if fua {
@@ -181,8 +187,7 @@ impl LocalStore {
                 generation,
                 ..
             } => {
-                self.fence.admit(oid.vdi, generation)?;
-                let _held = self.admit_write(oid, epoch).await?;
+                let _held = self.admit_write(oid, epoch, generation).await?;
                 blocking(store, move |s| s.create(oid, &payload)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }

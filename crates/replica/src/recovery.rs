@@ -477,8 +477,7 @@ impl Recoverer {
         // A copy this node does not have at all (it gained the object): fetch it
         // from the first holder that knows its copy is current, without comparing
         // digests first (each digest reads the whole object on its holder).
-        let oid_ = oid;
-        if !blocking(self.local.store(), move |s| s.exists(oid_)).await? {
+        if !blocking(self.local.store(), move |s| s.exists(oid)).await? {
             for &src in &others {
                 match self.copy(oid, len, src, false, limited).await {
                     Ok(()) => return Ok(()),

@@ -338,44 +338,39 @@ impl Volume {
     }
 
     /// Flatten: copy every object the VDI still reads from its parents into its own
-    /// id, a few at a time under the write lock, then flush. `progress(done, total)`
-    /// is called after each object. Returns the objects copied. The caller then
+    /// id, a few at a time under the write lock, then flush. Returns the objects
+    /// copied. The caller then
     /// records in the metadata that the VDI has no parent any more.
-    pub async fn copy_up_all(self: &Arc<Self>, progress: impl Fn(u64, u64)) -> Result<u64> {
+    pub async fn copy_up_all(self: &Arc<Self>) -> Result<u64> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let total = self.info().object_count();
-        let done = std::sync::atomic::AtomicU64::new(0);
         let copied: Vec<bool> = stream::iter(0..total)
-            .map(|index| {
-                let (done, progress) = (&done, &progress);
-                async move {
-                    let info = self.info();
-                    let (generation, _in_flight) = self.write_generation(&info).await?;
-                    let (info, parents) = self.view_for_lock().await?;
-                    let e = Extent {
-                        index: index as u32,
-                        offset: 0,
-                        len: 0,
-                        buf_offset: 0,
-                    };
-                    let empty = Bytes::new();
-                    let up = info.parent.is_some()
-                        && self
-                            .within_lease(self.copy_up(
-                                &info,
-                                &parents,
-                                e,
-                                Some(&empty),
-                                false,
-                                generation,
-                            ))
-                            .await?;
-                    if up {
-                        self.mark_dirty(&info, &[e], false);
-                    }
-                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
-                    Ok::<bool, Error>(up)
+            .map(|index| async move {
+                let info = self.info();
+                let (generation, _in_flight) = self.write_generation(&info).await?;
+                let (info, parents) = self.view_for_lock().await?;
+                let e = Extent {
+                    index: index as u32,
+                    offset: 0,
+                    len: 0,
+                    buf_offset: 0,
+                };
+                let empty = Bytes::new();
+                let up = info.parent.is_some()
+                    && self
+                        .within_lease(self.copy_up(
+                            &info,
+                            &parents,
+                            e,
+                            Some(&empty),
+                            false,
+                            generation,
+                        ))
+                        .await?;
+                if up {
+                    self.mark_dirty(&info, &[e], false);
                 }
+                Ok::<bool, Error>(up)
             })
             .buffer_unordered(4)
             .try_collect()
