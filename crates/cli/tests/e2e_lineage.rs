@@ -223,8 +223,9 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
         &c.drove(0, &["vdi", "snapshot", "c1", "gold"]),
         "snapshot gold",
     );
+    // Through the node the client attaches to: it answers once it serves the clone.
     ok(
-        &c.drove(0, &["vdi", "clone", "gold", "tmp", "--ephemeral"]),
+        &c.drove(1, &["vdi", "clone", "gold", "tmp", "--ephemeral"]),
         "ephemeral clone",
     );
     qemu_io(

@@ -48,6 +48,22 @@ async fn applied(meta: &Meta, info: &VdiInfo) -> Result<(VdiInfo, Vec<VdiInfo>)>
     }
 }
 
+/// Wait until this node's metadata has VDI `name` (just created through the leader).
+async fn visible(meta: &Meta, name: &str) -> Result<VdiInfo> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(v) = meta.state().vdis.get(name) {
+            return Ok(v.clone());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::unavailable(format!(
+                "VDI '{name}' was created, but this node has not applied it yet"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn snapshot(
     State(a): State<Admin>,
     Path(name): Path<String>,
@@ -99,7 +115,9 @@ async fn clone_vdi(
     a.meta.execute(cmd).await?;
     let mut out = Vec::with_capacity(req.names.len());
     for name in &req.names {
-        out.push(a.detail(a.find_vdi(name)?));
+        // Answer once this node serves the clone: a client attaching here next must
+        // find it, even when this node applies the log after the leader.
+        out.push(a.detail(visible(&a.meta, name).await?));
     }
     Ok(Json(out))
 }
