@@ -9,6 +9,16 @@
 //! A new leader first waits one full timeout before judging anyone, so that nodes
 //! have had time to find it: silence towards a leader elected a second ago is not
 //! the node's fault.
+//!
+//! A node marked down (by this detector or by a gateway whose writes to it failed)
+//! comes back up only on a heartbeat received after the leader saw it down: one sent
+//! before says nothing about whether it is alive now, and bringing a dead node back
+//! on it sends writes to it again (each flip an epoch, each failed write a client
+//! error).
+//!
+//! Each verdict carries the Raft term it was judged in and is refused if committed
+//! in another ([`Command::JudgeNodeState`]): a leader cut off from the majority hears
+//! nobody, and its verdicts must not be applied by the next leader after the heal.
 use crate::meta::Meta;
 use crate::state::Command;
 use axum::extract::State;
@@ -45,6 +55,8 @@ struct Seen {
 pub(crate) struct Health {
     seen: Mutex<HashMap<NodeId, Seen>>,
     leader_since: Mutex<Option<Instant>>,
+    /// When this node first saw each down node down.
+    down_since: Mutex<HashMap<NodeId, Instant>>,
 }
 
 impl Health {
@@ -67,6 +79,14 @@ impl Health {
         down_after: Duration,
         now: Instant,
     ) -> Vec<(NodeId, NodeState)> {
+        let nodes: Vec<(NodeId, NodeState)> = nodes.collect();
+        let mut down_since = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        down_since.retain(|id, _| nodes.contains(&(*id, NodeState::Down)));
+        for &(id, state) in &nodes {
+            if state == NodeState::Down {
+                down_since.entry(id).or_insert(now);
+            }
+        }
         let since = *self.leader_since.lock().unwrap_or_else(|e| e.into_inner());
         let Some(since) = since else {
             return Vec::new();
@@ -76,10 +96,13 @@ impl Health {
         }
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         nodes
+            .into_iter()
             .filter_map(|(id, state)| {
-                let alive = seen
-                    .get(&id)
-                    .is_some_and(|s| s.healthy && now.saturating_duration_since(s.at) < down_after);
+                let alive = seen.get(&id).is_some_and(|s| {
+                    s.healthy
+                        && now.saturating_duration_since(s.at) < down_after
+                        && down_since.get(&id).is_none_or(|&d| s.at > d)
+                });
                 let want = if alive {
                     NodeState::Up
                 } else {
@@ -134,7 +157,7 @@ impl Meta {
                 }
             }
             if leading {
-                self.judge().await;
+                self.judge(status.term).await;
             }
             tokio::time::sleep(CHECK_EVERY).await;
         }
@@ -158,13 +181,16 @@ impl Meta {
         }
     }
 
-    async fn judge(&self) {
+    async fn judge(&self, term: u64) {
         let state = self.state();
         let down_after = Duration::from_millis(state.settings.down_after_ms);
         let nodes = state.map.nodes.values().map(|n| (n.id, n.state));
         for (id, state) in self.health.verdicts(nodes, down_after, Instant::now()) {
-            tracing::warn!(node = %id, ?state, "failure detector changes a node's state");
-            if let Err(e) = self.execute(Command::SetNodeState { id, state }).await {
+            tracing::warn!(node = %id, ?state, term, "failure detector changes a node's state");
+            if let Err(e) = self
+                .execute(Command::JudgeNodeState { id, state, term })
+                .await
+            {
                 tracing::warn!(node = %id, "cannot change the node's state: {e}");
             }
         }
@@ -231,5 +257,45 @@ mod tests {
         assert!(h
             .verdicts(ids(&[(2, NodeState::Up)]).into_iter(), d, Instant::now())
             .is_empty());
+    }
+
+    #[test]
+    fn test_a_node_marked_down_comes_back_only_on_a_newer_heartbeat() {
+        let h = Health::default();
+        let d = Duration::from_secs(5);
+        h.set_leader(true);
+        *h.leader_since.lock().unwrap() = Some(Instant::now() - Duration::from_secs(10));
+        let beat = |n| {
+            h.record(Heartbeat {
+                node: NodeId(n),
+                healthy: true,
+            })
+        };
+        beat(3);
+        let up = ids(&[(3, NodeState::Up)]);
+        assert!(h.verdicts(up.into_iter(), d, Instant::now()).is_empty());
+        // A gateway's writes to node 3 failed and it marked it down; node 3's last
+        // heartbeat is a moment old, but it was sent before: node 3 stays down.
+        std::thread::sleep(Duration::from_millis(2));
+        let down = ids(&[(3, NodeState::Down)]);
+        assert!(h
+            .verdicts(down.clone().into_iter(), d, Instant::now())
+            .is_empty());
+        assert!(h
+            .verdicts(down.clone().into_iter(), d, Instant::now())
+            .is_empty());
+        // A heartbeat sent after it was seen down brings it back.
+        std::thread::sleep(Duration::from_millis(2));
+        beat(3);
+        assert_eq!(
+            h.verdicts(down.into_iter(), d, Instant::now()),
+            ids(&[(3, NodeState::Up)])
+        );
+        // Once up, a later mark-down is judged from that moment again.
+        let up = ids(&[(3, NodeState::Up)]);
+        assert!(h.verdicts(up.into_iter(), d, Instant::now()).is_empty());
+        std::thread::sleep(Duration::from_millis(2));
+        let down = ids(&[(3, NodeState::Down)]);
+        assert!(h.verdicts(down.into_iter(), d, Instant::now()).is_empty());
     }
 }

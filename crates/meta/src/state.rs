@@ -132,6 +132,19 @@ pub enum Command {
         /// Its new state.
         state: NodeState,
     },
+    /// The failure detector's verdict on a node, as [`Command::SetNodeState`], but
+    /// judged by the leader of Raft term `term` from the heartbeats it received, and
+    /// refused when committed in another term: a leader cut off from the majority
+    /// judges the others silent, and its write, retried and forwarded once the cut
+    /// heals, must not mark down nodes the new leader hears from.
+    JudgeNodeState {
+        /// The node.
+        id: NodeId,
+        /// Its new state.
+        state: NodeState,
+        /// The term of the leadership the verdict was judged in.
+        term: u64,
+    },
     /// Create a VDI; replies [`Reply::Vdi`].
     CreateVdi {
         /// Name, checked with [`drove_types::validate_name`].
@@ -329,7 +342,7 @@ impl MetaState {
                 self.upsert_node(node, now);
                 Ok(Reply::Done)
             }
-            Command::SetNodeState { id, state } => {
+            Command::SetNodeState { id, state } | Command::JudgeNodeState { id, state, .. } => {
                 let Some(node) = self.map.nodes.get_mut(id) else {
                     return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
                 };

@@ -67,14 +67,30 @@ impl StateMachine {
         Ok((sm, rx))
     }
 
+    /// Apply a command that was committed in Raft term `term`.
     fn apply_normal(
         &mut self,
         id: RequestId,
         now: u64,
+        term: u64,
         cmd: &crate::state::Command,
     ) -> ApplyResult {
         if let Some((_, res)) = self.recent.iter().find(|(r, _)| *r == id) {
             return res.clone();
+        }
+        if let crate::state::Command::JudgeNodeState {
+            id, term: judged, ..
+        } = cmd
+        {
+            if *judged != term {
+                return Err((
+                    drove_types::ErrorKind::StaleEpoch,
+                    format!(
+                        "The verdict on node {id} was judged by the leader of term \
+                         {judged}; the leader is now of term {term}"
+                    ),
+                ));
+            }
         }
         let res = Arc::make_mut(&mut self.state).apply(cmd, now);
         if self.recent.len() >= RECENT {
@@ -173,7 +189,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match entry.payload {
                 EntryPayload::Blank => out.push(Ok(Reply::Done)),
                 EntryPayload::Normal(req) => {
-                    out.push(self.apply_normal(req.id, req.now, &req.cmd));
+                    let term = entry.log_id.leader_id.term;
+                    out.push(self.apply_normal(req.id, req.now, term, &req.cmd));
                     changed = true;
                 }
                 EntryPayload::Membership(m) => {

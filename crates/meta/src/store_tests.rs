@@ -75,6 +75,39 @@ async fn test_retried_request_is_applied_once() {
 }
 
 #[tokio::test]
+async fn test_a_verdict_committed_in_another_term_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&dir.path().join("raft.redb")).unwrap();
+    let (mut sm, rx) = StateMachine::open(db).unwrap();
+    let judge = |term| Command::JudgeNodeState {
+        id: NodeId(2),
+        state: NodeState::Down,
+        term,
+    };
+    let mut late = entry(3, rid(3), judge(1));
+    late.log_id = LogId::new(CommittedLeaderId::new(2, 1), 3);
+    let out = sm
+        .apply([
+            entry(1, rid(1), Command::UpsertNode(node(2))),
+            // Judged by the leader of term 1 and committed in term 2 (the old leader
+            // was cut off; its write was forwarded to the new one after the heal).
+            late,
+            // The leader of term 1 judging in term 1.
+            entry(4, rid(4), judge(1)),
+        ])
+        .await
+        .unwrap();
+    assert!(out[0].is_ok());
+    let refused = out[1].clone().unwrap_err();
+    assert!(refused.1.contains("term 1"), "{refused:?}");
+    assert_eq!(out[2], Ok(Reply::Done));
+    let state = rx.borrow().clone();
+    assert_eq!(state.map.node(NodeId(2)).unwrap().state, NodeState::Down);
+    // One epoch for the join, one for the verdict of term 1; none for the late one.
+    assert_eq!(state.epoch_history.len(), 2);
+}
+
+#[tokio::test]
 async fn test_snapshot_installs_elsewhere_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(&dir.path().join("a.redb")).unwrap();
