@@ -6,7 +6,7 @@ use crate::dirty::DirtySet;
 use crate::layout::Layout;
 use crate::objfile::ObjFile;
 use crate::{check_object_size, check_range, sys, ObjectStore};
-use drove_types::{Error, ObjectId, Result};
+use drove_types::{Error, ObjVersion, ObjectId, Result};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -48,7 +48,7 @@ impl FileStore {
                 Error::io(format!("lock {}", lock_path.display()), e)
             }
         })?;
-        let layout = Layout::open(dir)?;
+        let layout = Layout::open(dir, object_size)?;
         // Each cached object holds two descriptors: use at most half of the limit,
         // the rest is for sockets and everything else.
         let capacity = sys::nofile_limit().map_or(256, |n| (n / 4).clamp(16, MAX_CACHED_OBJECTS));
@@ -98,7 +98,7 @@ impl ObjectStore for FileStore {
         res
     }
 
-    fn create(&self, oid: ObjectId, data: &[u8]) -> Result<()> {
+    fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()> {
         check_range(oid, self.object_size, 0, data.len() as u64)?;
         self.layout.ensure_dirs(oid)?;
         let (data_path, crc_path) = (self.layout.data_path(oid), self.layout.crc_path(oid));
@@ -113,7 +113,7 @@ impl ObjectStore for FileStore {
         // after. Checksums go first, since the data file's name is what makes the
         // object exist. The shard lock keeps the object from being reopened between
         // the renames; handles already open keep reading the old files.
-        ObjFile::write_new(oid, &tmp_data, &tmp_crc, data)?;
+        ObjFile::write_new(&self.layout, oid, (&tmp_data, &tmp_crc), data, version)?;
         self.cache.remove_then(oid, |handle| {
             self.dirty.forget(oid, handle.as_ref());
             fs::rename(&tmp_crc, &crc_path)
@@ -147,6 +147,22 @@ impl ObjectStore for FileStore {
         // are: done after the files, and even for `oids` that were clean, since
         // their creation may still be in a directory another flush has not synced.
         self.layout.sync_dirs()
+    }
+
+    fn version(&self, oid: ObjectId) -> Result<ObjVersion> {
+        match self.handle(oid, false)? {
+            Some(f) => f.version(),
+            None => Ok(ObjVersion::default()),
+        }
+    }
+
+    fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()> {
+        let Some(f) = self.handle(oid, false)? else {
+            return Ok(());
+        };
+        let res = f.set_version(version);
+        self.dirty.mark(&f);
+        res
     }
 
     fn exists(&self, oid: ObjectId) -> Result<bool> {
@@ -278,7 +294,7 @@ mod tests {
         let mut content = vec![0u8; OBJ as usize];
         content[4096..8192].fill(7);
         content[OBJ as usize - 10..].fill(1);
-        s.create(oid, &content).unwrap();
+        s.create(oid, &content, ObjVersion::default()).unwrap();
         assert_eq!(s.read(oid, 0, OBJ as u32).unwrap(), content);
         s.flush(&[oid]).unwrap();
         let used = s.used_bytes().unwrap();
@@ -292,7 +308,7 @@ mod tests {
         let s = FileStore::open(dir.path(), OBJ).unwrap();
         assert_eq!(s.read(oid, 0, OBJ as u32).unwrap(), content);
         let fresh = ObjectId::new(VdiId(3), 6);
-        s.create(fresh, &[5u8; 100]).unwrap();
+        s.create(fresh, &[5u8; 100], ObjVersion::default()).unwrap();
         assert_eq!(
             s.read(fresh, 0, 4096).unwrap()[..101],
             [[5u8; 100].as_slice(), &[0]].concat()

@@ -35,15 +35,20 @@ pub(crate) struct Layout {
     /// held across the fsyncs so that a flush that finds the set empty knows that no
     /// other flush is still syncing a directory it depends on.
     dirty_dirs: Mutex<BTreeSet<PathBuf>>,
+    /// Where an object's version is kept in its checksum file: just past the
+    /// checksums of the largest object.
+    version_at: u64,
 }
 
 impl Layout {
-    /// The layout under data directory `dir`, creating `dir/objects` if needed.
-    pub(crate) fn open(dir: &Path) -> Result<Layout> {
+    /// The layout under data directory `dir` for objects of at most `object_size`
+    /// bytes, creating `dir/objects` if needed.
+    pub(crate) fn open(dir: &Path, object_size: u64) -> Result<Layout> {
         let root = dir.join("objects");
         let layout = Layout {
             root: root.clone(),
             dirty_dirs: Mutex::new(BTreeSet::new()),
+            version_at: object_size / drove_types::BLOCK_SIZE * crate::crc::CRC_LEN as u64,
         };
         match fs::create_dir(&root) {
             Ok(()) => layout.mark_dirty(dir.to_path_buf()),
@@ -65,6 +70,11 @@ impl Layout {
     /// The data file of `oid`.
     pub(crate) fn data_path(&self, oid: ObjectId) -> PathBuf {
         self.group_dir(oid).join(oid.to_string())
+    }
+
+    /// The offset of the version record in a checksum file.
+    pub(crate) fn version_at(&self) -> u64 {
+        self.version_at
     }
 
     /// The checksum file of `oid`.
@@ -194,7 +204,7 @@ mod tests {
     #[test]
     fn test_paths_split_by_vdi_and_group() {
         let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::open(dir.path()).unwrap();
+        let layout = Layout::open(dir.path(), 4 << 20).unwrap();
         let oid = ObjectId::new(VdiId(0xab), 0x1234);
         let data = layout.data_path(oid);
         let tail: Vec<_> = data.iter().rev().take(4).collect();
@@ -221,7 +231,7 @@ mod tests {
     #[test]
     fn test_created_dirs_are_synced_once() {
         let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::open(dir.path()).unwrap();
+        let layout = Layout::open(dir.path(), 4 << 20).unwrap();
         layout.ensure_dirs(ObjectId::new(VdiId(1), 0)).unwrap();
         // objects/ created -> DIR dirty; vdi dir -> objects/ dirty; group -> vdi dirty.
         assert_eq!(layout.lock_dirty().len(), 3);

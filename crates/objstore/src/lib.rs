@@ -38,7 +38,7 @@ mod sys;
 pub use file::FileStore;
 pub use mem::MemStore;
 
-use drove_types::{Error, ObjectId, Result, BLOCK_SIZE};
+use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};
 
 /// The object store of one node. Every method may be called concurrently from many
 /// threads, on different objects and on the same object.
@@ -57,8 +57,9 @@ pub trait ObjectStore: Send + Sync {
     /// the object is either as it was (or missing) or wholly `data`, never a mix.
     /// Used for the copy-up of a clone's object, whose blocks not yet written by the
     /// clone must never read as anything but the parent's data. All-zero blocks are
-    /// left as holes. Durable once `flush` has synced the directory entry.
-    fn create(&self, oid: ObjectId, data: &[u8]) -> Result<()>;
+    /// left as holes. The new object's version is `version`. Durable once `flush`
+    /// has synced the directory entry.
+    fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()>;
 
     /// Make `[offset, offset + len)` read as zeros. Whole 4 KiB blocks are punched
     /// out so they take no space. Zeroing a missing object is a no-op.
@@ -67,6 +68,14 @@ pub trait ObjectStore: Send + Sync {
     /// Make durable every write and zero done so far to these objects. An empty
     /// slice means every object written since its last flush.
     fn flush(&self, oids: &[ObjectId]) -> Result<()>;
+
+    /// The version of the object's last write (see [`ObjVersion`]); zero for a
+    /// missing object or one whose version was never set.
+    fn version(&self, oid: ObjectId) -> Result<ObjVersion>;
+
+    /// Set the version of an existing object (a missing one is left missing). It is
+    /// durable with the object's next flush, like a write.
+    fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()>;
 
     /// Whether the object exists (was written and not deleted since).
     fn exists(&self, oid: ObjectId) -> Result<bool>;

@@ -5,7 +5,9 @@
 //! but [`MemStore::corrupt_block`] makes a block fail like a checksum mismatch.
 use crate::crc::BLOCK;
 use crate::{check_range, ObjectStore};
-use drove_types::{Error, ErrorKind, ObjectId, Result, BLOCK_SIZE, DEFAULT_OBJECT_SIZE};
+use drove_types::{
+    Error, ErrorKind, ObjVersion, ObjectId, Result, BLOCK_SIZE, DEFAULT_OBJECT_SIZE,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -16,6 +18,7 @@ struct Obj {
     blocks: BTreeMap<u64, Box<[u8; BLOCK]>>,
     /// Blocks that read as [`ErrorKind::Corrupt`] until wholly overwritten.
     corrupt: BTreeSet<u64>,
+    version: ObjVersion,
 }
 
 /// An object store in memory. Flush is a no-op: nothing is lost until it is dropped.
@@ -125,9 +128,12 @@ impl ObjectStore for MemStore {
         Ok(())
     }
 
-    fn create(&self, oid: ObjectId, data: &[u8]) -> Result<()> {
+    fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()> {
         check_range(oid, self.object_size, 0, data.len() as u64)?;
-        let mut obj = Obj::default();
+        let mut obj = Obj {
+            version,
+            ..Obj::default()
+        };
         for (b, chunk) in data.chunks(BLOCK).enumerate() {
             if chunk.iter().any(|&x| x != 0) {
                 let mut block = Box::new([0u8; BLOCK]);
@@ -164,6 +170,17 @@ impl ObjectStore for MemStore {
     }
 
     fn flush(&self, _oids: &[ObjectId]) -> Result<()> {
+        Ok(())
+    }
+
+    fn version(&self, oid: ObjectId) -> Result<ObjVersion> {
+        Ok(self.lock().get(&oid).map(|o| o.version).unwrap_or_default())
+    }
+
+    fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()> {
+        if let Some(o) = self.lock().get_mut(&oid) {
+            o.version = version;
+        }
         Ok(())
     }
 

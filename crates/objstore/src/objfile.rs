@@ -9,7 +9,7 @@ use crate::crc::{self, BLOCK, CRC_LEN};
 use crate::layout::Layout;
 use crate::stripes::Stripes;
 use crate::sys;
-use drove_types::{Error, ObjectId, Result, BLOCK_SIZE};
+use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -45,6 +45,42 @@ pub(crate) struct ObjFile {
     pub(crate) deleted: AtomicBool,
     /// Recency for the fd cache's eviction.
     pub(crate) last_used: AtomicU64,
+    /// Offset of the version record in the checksum file.
+    version_at: u64,
+    /// The stored version, once read (so that setting an unchanged one, the case
+    /// of every write but a writer's first to the object in an epoch, is free).
+    version: Mutex<Option<ObjVersion>>,
+}
+
+/// Bytes of the version record: generation and epoch (u64 LE each), then the
+/// crc32c of those 16 bytes. A record that does not verify (never written, torn)
+/// reads as version zero.
+const VERSION_LEN: usize = 20;
+
+fn encode_version(v: ObjVersion) -> [u8; VERSION_LEN] {
+    let mut b = [0u8; VERSION_LEN];
+    b[..8].copy_from_slice(&v.generation.to_le_bytes());
+    b[8..16].copy_from_slice(&v.epoch.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..16]);
+    b[16..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_version(b: &[u8; VERSION_LEN]) -> ObjVersion {
+    let word = |r: std::ops::Range<usize>| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[r]);
+        u64::from_le_bytes(w)
+    };
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&b[16..]);
+    if crc32c::crc32c(&b[..16]) != u32::from_le_bytes(crc) {
+        return ObjVersion::default();
+    }
+    ObjVersion {
+        generation: word(0..8),
+        epoch: word(8..16),
+    }
 }
 
 impl ObjFile {
@@ -59,7 +95,7 @@ impl ObjFile {
                 // lost some other way, whose written blocks will then fail to verify.
                 let crc = open_rw(&crc_path, true, false)
                     .map_err(|e| Error::io(format!("object {oid}: open checksums"), e))?;
-                return Ok(Some(ObjFile::new(oid, data, crc)));
+                return Ok(Some(ObjFile::new(oid, data, crc, layout.version_at())));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(format!("object {oid}: open"), e)),
@@ -76,23 +112,26 @@ impl ObjFile {
         let data = open_rw(&data_path, true, false)
             .map_err(|e| Error::io(format!("object {oid}: create"), e))?;
         layout.mark_object_dir_dirty(oid);
-        Ok(Some(ObjFile::new(oid, data, crc)))
+        Ok(Some(ObjFile::new(oid, data, crc, layout.version_at())))
     }
 
     /// Write a whole object into new files at `data_path` and `crc_path` (temporary
     /// names the caller renames into place) and make them durable. Runs of non-zero
     /// blocks are written; zero blocks stay holes, whose stored checksum (0) verifies.
+    /// The object's version is `version`.
     pub(crate) fn write_new(
+        layout: &Layout,
         oid: ObjectId,
-        data_path: &Path,
-        crc_path: &Path,
+        (data_path, crc_path): (&Path, &Path),
         content: &[u8],
+        version: ObjVersion,
     ) -> Result<()> {
         let open = |p: &Path| {
             open_rw(p, true, true)
                 .map_err(|e| Error::io(format!("object {oid}: create {}", p.display()), e))
         };
-        let f = ObjFile::new(oid, open(data_path)?, open(crc_path)?);
+        let f = ObjFile::new(oid, open(data_path)?, open(crc_path)?, layout.version_at());
+        f.set_version(version)?;
         let bs = BS as usize;
         let mut start = None;
         for (i, block) in content.chunks(bs).enumerate() {
@@ -115,8 +154,10 @@ impl ObjFile {
             .map_err(|e| f.io_err("fsync checksums", e))
     }
 
-    fn new(oid: ObjectId, data: File, crc: File) -> ObjFile {
+    fn new(oid: ObjectId, data: File, crc: File, version_at: u64) -> ObjFile {
         ObjFile {
+            version_at,
+            version: Mutex::new(None),
             oid,
             data,
             crc,
@@ -136,6 +177,36 @@ impl ObjFile {
 
     fn io_err(&self, what: &str, e: io::Error) -> Error {
         Error::io(format!("object {}: {what}", self.oid), e)
+    }
+
+    /// The object's version (zero if never set or unreadable).
+    pub(crate) fn version(&self) -> Result<ObjVersion> {
+        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = *cached {
+            return Ok(v);
+        }
+        let mut b = [0u8; VERSION_LEN];
+        let v = match self.crc.read_exact_at(&mut b, self.version_at) {
+            Ok(()) => decode_version(&b),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => ObjVersion::default(),
+            Err(e) => return Err(self.io_err("read version", e)),
+        };
+        *cached = Some(v);
+        Ok(v)
+    }
+
+    /// Record the object's version, durable with the next sync.
+    pub(crate) fn set_version(&self, v: ObjVersion) -> Result<()> {
+        if self.version()? == v {
+            return Ok(());
+        }
+        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        self.crc
+            .write_all_at(&encode_version(v), self.version_at)
+            .map_err(|e| self.io_err("write version", e))?;
+        *cached = Some(v);
+        self.write_seq.fetch_add(1, SeqCst);
+        Ok(())
     }
 
     /// Read `len` bytes at `offset` (range already checked), verifying every block.

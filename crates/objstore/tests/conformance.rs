@@ -2,7 +2,7 @@
 //! round trips at many offsets, holes, zeroing, existence, range checks and
 //! concurrent I/O to one object.
 use drove_objstore::{FileStore, MemStore, ObjectStore};
-use drove_types::{ErrorKind, ObjectId, VdiId};
+use drove_types::{ErrorKind, ObjVersion, ObjectId, VdiId};
 use std::sync::Arc;
 
 const OBJ: u64 = 4 << 20;
@@ -54,6 +54,36 @@ fn round_trips_at_many_offsets(s: &dyn ObjectStore) {
     want[4000..4200].copy_from_slice(&pattern(2, 200));
     assert_eq!(s.read(o, 0, 3 * 4096).unwrap(), want);
     assert_eq!(s.read(o, 3999, 202).unwrap(), want[3999..4201]);
+}
+
+fn versions_follow_set_and_create(s: &dyn ObjectStore) {
+    let v = |generation, epoch| ObjVersion { generation, epoch };
+    let o = oid(9, 0);
+    // A missing object has version zero, and setting one does not create it.
+    assert_eq!(s.version(o).unwrap(), v(0, 0));
+    s.set_version(o, v(3, 4)).unwrap();
+    assert!(!s.exists(o).unwrap());
+    assert_eq!(s.version(o).unwrap(), v(0, 0));
+    // Written, then versioned; a later write leaves the version alone.
+    s.write(o, 4096, &pattern(1, 4096)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(0, 0));
+    s.set_version(o, v(3, 4)).unwrap();
+    s.write(o, 0, &pattern(2, 100)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(3, 4));
+    // Set exactly, not raised: a recovered copy takes its source's version.
+    s.set_version(o, v(2, 9)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(2, 9));
+    assert_eq!(s.read(o, 4096, 4096).unwrap(), pattern(1, 4096));
+    // Zeroing the whole object keeps its version; create replaces it.
+    s.write_zeroes(o, 0, OBJ).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(2, 9));
+    s.create(o, &pattern(3, 8192), v(5, 1)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(5, 1));
+    assert_eq!(s.read(o, 0, 8192).unwrap(), pattern(3, 8192));
+    // Deleted and written again: a new object, version zero.
+    s.delete(o).unwrap();
+    s.write(o, 0, &pattern(4, 4096)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(0, 0));
 }
 
 fn holes_and_missing_objects_read_as_zeros(s: &dyn ObjectStore) {
@@ -228,6 +258,11 @@ macro_rules! conformance {
         fn test_exists_delete_and_list() {
             let (_guard, s) = $make;
             super::exists_delete_and_list(&s);
+        }
+        #[test]
+        fn test_versions_follow_set_and_create() {
+            let (_guard, s) = $make;
+            super::versions_follow_set_and_create(&s);
         }
         #[test]
         fn test_out_of_range_is_invalid() {

@@ -1,6 +1,6 @@
 //! Request and response headers. Bulk data (the bytes of a write, the bytes a read
 //! returns) does not go through serde: it travels as the frame's payload.
-use drove_types::{Epoch, ErrorKind, NodeId, ObjectId};
+use drove_types::{Epoch, ErrorKind, NodeId, ObjVersion, ObjectId};
 use serde::{Deserialize, Serialize};
 
 /// A request from a gateway (or a primary forwarding) to a peer's object store.
@@ -127,6 +127,8 @@ pub struct ObjDigest {
     pub crc: u32,
     /// The copy failed its block checksums.
     pub corrupt: bool,
+    /// The version of the copy's last write (zero when missing).
+    pub version: ObjVersion,
 }
 
 impl PeerReq {
@@ -179,6 +181,13 @@ pub enum PeerResp {
     Ok,
     /// The frame's payload holds the bytes read.
     Data,
+    /// The answer to [`PeerReq::Fetch`]: the payload holds the whole object.
+    Object {
+        /// The object exists on the sender (a missing one is sent as zeros).
+        present: bool,
+        /// The version of the sender's copy.
+        version: ObjVersion,
+    },
     /// One flag per object asked about, in order.
     Exists(Vec<bool>),
     /// The objects a node stores.

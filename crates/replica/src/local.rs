@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use drove_objstore::ObjectStore;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
-use drove_types::{Epoch, Error, ErrorKind, ObjectId, Result};
+use drove_types::{Epoch, Error, ErrorKind, ObjVersion, ObjectId, Result};
 use futures::future::join_all;
 use std::sync::{Arc, OnceLock, Weak};
 use tokio::sync::OwnedRwLockReadGuard;
@@ -143,16 +143,20 @@ impl LocalStore {
                 ..
             } => {
                 let _held = self.admit_write(oid, epoch, generation).await?;
+                let v = version(epoch, generation);
                 if !fua && payload.len() <= INLINE_MAX {
                     // A small write without FUA lands in the page cache and takes a few
                     // microseconds; handing it to the blocking pool and back costs more
                     // than that in thread wake-ups, so it runs here. Anything that can
                     // wait on the disk (FUA, fsync, large writes) still goes to the pool.
+                    // (Setting an unchanged version costs a comparison.)
                     store.write(oid, offset, &payload)?;
+                    store.set_version(oid, v)?;
                     return Ok((PeerResp::Ok, Bytes::new()));
                 }
                 blocking(store, move |s| {
                     s.write(oid, offset, &payload)?;
+                    s.set_version(oid, v)?;
                     if fua {
                         s.flush(&[oid])?;
                     }
@@ -171,8 +175,10 @@ impl LocalStore {
                 ..
             } => {
                 let _held = self.admit_write(oid, epoch, generation).await?;
+                let v = version(epoch, generation);
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
+                    s.set_version(oid, v)?;
                     if fua {
                         s.flush(&[oid])?;
                     }
@@ -188,7 +194,8 @@ impl LocalStore {
                 ..
             } => {
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                blocking(store, move |s| s.create(oid, &payload)).await?;
+                let v = version(epoch, generation);
+                blocking(store, move |s| s.create(oid, &payload, v)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
             PeerReq::Flush { oids } => {
@@ -236,8 +243,12 @@ impl LocalStore {
                 if !force && !self.catchup.is_current(oid) {
                     return Err(Self::not_current(oid));
                 }
-                let data = blocking(store, move |s| s.read(oid, 0, len)).await?;
-                Ok((PeerResp::Data, Bytes::from(data)))
+                let (data, present, version) = blocking(store, move |s| {
+                    let present = s.exists(oid)?;
+                    Ok((s.read(oid, 0, len)?, present, s.version(oid)?))
+                })
+                .await?;
+                Ok((PeerResp::Object { present, version }, Bytes::from(data)))
             }
             &PeerReq::Repair {
                 oid,
@@ -260,13 +271,15 @@ impl LocalStore {
         let _held = self.catchup.copy_lock(oid).await;
         let current = self.catchup.is_current(oid);
         let clean_epoch = self.catchup.clean_epoch();
-        let (present, crc, corrupt) = blocking(&self.store, move |s| {
+        let (present, crc, corrupt, version) = blocking(&self.store, move |s| {
             if !s.exists(oid)? {
-                return Ok((false, crc32c::crc32c(&vec![0u8; len as usize]), false));
+                let zeros = crc32c::crc32c(&vec![0u8; len as usize]);
+                return Ok((false, zeros, false, ObjVersion::default()));
             }
+            let version = s.version(oid)?;
             match s.read(oid, 0, len) {
-                Ok(data) => Ok((true, crc32c::crc32c(&data), false)),
-                Err(e) if e.kind() == ErrorKind::Corrupt => Ok((true, 0, true)),
+                Ok(data) => Ok((true, crc32c::crc32c(&data), false, version)),
+                Err(e) if e.kind() == ErrorKind::Corrupt => Ok((true, 0, true, version)),
                 Err(e) => Err(e),
             }
         })
@@ -277,7 +290,16 @@ impl LocalStore {
             clean_epoch,
             crc,
             corrupt,
+            version,
         })
+    }
+}
+
+/// The version a write of lock `generation` on a map of `epoch` gives an object.
+fn version(epoch: Epoch, generation: u64) -> ObjVersion {
+    ObjVersion {
+        generation,
+        epoch: epoch.0,
     }
 }
 

@@ -20,7 +20,7 @@ use drove_proto::{ObjDigest, PeerReq, PeerResp};
 use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result, VdiId, VdiInfo};
 use futures::future::{join_all, BoxFuture};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +49,20 @@ impl View {
         self.vdis
             .get(&oid.vdi)
             .is_some_and(|v| locate(map, oid, usize::from(v.copies)).contains(&node))
+    }
+
+    /// Every node that `oid` was placed on at epoch `since` or later: the nodes that
+    /// may have taken writes made at those epochs.
+    fn placed_since(&self, oid: ObjectId, since: Epoch) -> BTreeSet<NodeId> {
+        let Some(v) = self.vdis.get(&oid.vdi) else {
+            return BTreeSet::new();
+        };
+        self.history
+            .iter()
+            .filter(|m| m.epoch >= since)
+            .chain(std::iter::once(&*self.map))
+            .flat_map(|m| locate(m, oid, usize::from(v.copies)))
+            .collect()
     }
 
     /// The maps of epochs after `after` up to the current one.
@@ -343,16 +357,29 @@ impl Recoverer {
         };
         let up = |m: &ClusterMap| m.node(self.me).is_some_and(|n| n.state == NodeState::Up);
         let later = view.maps_after(from);
-        let returning = !up(&view.map) || later.iter().any(|m| !up(m));
-        let listed = self.list_all(&view.map).await;
+        let empty = ClusterMap::default();
+        let before = view.map_at(from).unwrap_or(&empty);
+        // Down (or absent) at `from` counts too: a node that worked out an epoch in
+        // which it was down held nothing then, and knows nothing of its copies.
+        let returning = !up(before) || !up(&view.map) || later.iter().any(|m| !up(m));
+        let mut listed = self.list_all(&view.map).await;
+        if !up(&view.map) {
+            // Not asked as an up node, but its own copies are stale all the same.
+            match blocking(self.local.store(), |s| s.list()).await {
+                Ok(oids) => {
+                    for o in oids {
+                        listed.entry(o).or_default().push(self.me);
+                    }
+                }
+                Err(e) => tracing::warn!("cannot list this node's objects: {e}"),
+            }
+        }
         let mut pending: HashSet<ObjectId> = cu.pending().into_iter().collect();
         let local: Vec<ObjectId> = listed
             .iter()
             .filter(|(_, h)| h.contains(&self.me))
             .map(|(o, _)| *o)
             .collect();
-        let empty = ClusterMap::default();
-        let before = view.map_at(from).unwrap_or(&empty);
         for (&oid, _) in listed.iter() {
             if !view.holds(&view.map, self.me, oid) {
                 continue;
@@ -413,6 +440,15 @@ impl Recoverer {
             .into_iter()
             .any(|o| view.holds(&view.map, self.me, o));
         if left {
+            return false;
+        }
+        if !view
+            .map
+            .node(self.me)
+            .is_some_and(|n| n.state == NodeState::Up)
+        {
+            // A node marked down holds nothing and has nothing to recover, but it is
+            // not clean: its copies may all lack writes made since.
             return false;
         }
         // Copies are written without fsync; they are durable before the node says
@@ -487,26 +523,39 @@ impl Recoverer {
         }
         let digests = self.digests_of(&others, oid, len, view.map.epoch).await;
         let mine = self.local.digest(oid, len).await?;
-        let source = digests
-            .iter()
-            .find(|(_, d)| d.current && !d.corrupt)
-            .map(|(n, d)| (*n, *d, false))
-            .or_else(|| {
-                // Nobody knows it is current: the latest clean epoch wins (ties: the
-                // first in placement order, this node counted as placed first).
-                let me = (self.me, mine);
-                std::iter::once(&me)
-                    .chain(digests.iter())
-                    .filter(|(_, d)| !d.corrupt && d.present)
-                    .max_by_key(|(_, d)| d.clean_epoch)
-                    .map(|(n, d)| (*n, *d, true))
-            });
+        let source = pick_source(self.me, mine, &digests);
+        if !matches!(source, Some((_, _, false))) {
+            // Nobody's copy is known current. The best copy that answered holds every
+            // acknowledged write only if every node that took writes since its last
+            // one answered too; else wait (the pass is retried) rather than make a
+            // stale copy current, which would then overwrite the newer one when its
+            // node comes back.
+            let since = source.map_or(Epoch(0), |(_, d, _)| Epoch(d.version.epoch));
+            let silent: Vec<NodeId> = view
+                .placed_since(oid, since)
+                .into_iter()
+                .filter(|&n| n != self.me && !digests.iter().any(|(m, _)| *m == n))
+                .collect();
+            if !silent.is_empty() {
+                return Err(Error::unavailable(format!(
+                    "No copy of object {oid} is known current, and nodes {silent:?}, which \
+                     took writes since the best copy's last one, do not answer: waiting \
+                     for them"
+                )));
+            }
+        }
         let Some((src, d, force)) = source else {
             // No copy anywhere else: this one (or nothing) is all there is.
             cu.mark_current(oid);
             return Ok(());
         };
-        if src == self.me || (d.crc == mine.crc && !mine.corrupt) {
+        if src == self.me || (d.crc == mine.crc && !mine.corrupt && d.present == mine.present) {
+            if d.version != mine.version && src != self.me {
+                // Same content: take the source's version, as a copy would.
+                let v = d.version;
+                let _held = cu.copy_lock(oid).await;
+                blocking(self.local.store(), move |s| s.set_version(oid, v)).await?;
+            }
             cu.mark_current(oid);
             return Ok(());
         }
@@ -554,7 +603,12 @@ impl Recoverer {
             epoch,
             force,
         };
-        let (_, data) = self.pool.call(src, req, Bytes::new()).await?;
+        let (resp, data) = self.pool.call(src, req, Bytes::new()).await?;
+        let PeerResp::Object { present, version } = resp else {
+            return Err(Error::invalid(format!(
+                "Node {src} sent a malformed answer for object {oid}"
+            )));
+        };
         if data.len() != len as usize {
             return Err(Error::invalid(format!(
                 "Node {src} sent {} bytes of object {oid}, not {len}",
@@ -568,7 +622,16 @@ impl Recoverer {
         let _held = cu.copy_lock(oid).await;
         // A bulk pass (`limited`) flushes once at its end; a single repair now.
         let written = blocking(self.local.store(), move |s| {
-            let n = write_sparse(s, oid, &data)?;
+            let n = if present {
+                let n = write_sparse(s, oid, &data)?;
+                s.set_version(oid, version)?;
+                n
+            } else {
+                // Missing there, so missing here: a clone's missing object reads its
+                // parent's data, an all-zero one does not.
+                s.delete(oid)?;
+                0
+            };
             if !limited {
                 s.flush(&[oid])?;
             }
@@ -669,7 +732,38 @@ fn write_sparse(s: &dyn drove_objstore::ObjectStore, oid: ObjectId, data: &[u8])
         s.write(oid, start as u64, &data[start..end])?;
         stored += (end - start) as u64;
     }
+    if stored == 0 && !data.is_empty() {
+        // All zeros, but the object exists: one zero block makes it exist here too.
+        let n = data.len().min(B);
+        s.write(oid, 0, &data[..n])?;
+        stored = n as u64;
+    }
     Ok(stored)
+}
+
+/// The copy of an object to recover from, and whether its holder must be asked to
+/// send it although it does not know it to be current (`force`): a copy its holder
+/// knows to be current, in the order given; else, nobody's copy being known
+/// current, the one with the highest version (the last writer's, see
+/// [`drove_types::ObjVersion`]), then the latest clean epoch, then the first in
+/// order, `me` counted first. A copy's version is what it took; a node's clean epoch
+/// only says it had caught up at some epoch, not that it held this object then (a
+/// node alone in the map holds nothing and is clean at once), so it only breaks ties.
+fn pick_source(
+    me: NodeId,
+    mine: ObjDigest,
+    others: &[(NodeId, ObjDigest)],
+) -> Option<(NodeId, ObjDigest, bool)> {
+    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
+        return Some((*n, *d, false));
+    }
+    let me = (me, mine);
+    std::iter::once(&me)
+        .chain(others.iter())
+        .filter(|(_, d)| !d.corrupt && d.present)
+        .rev()
+        .max_by_key(|(_, d)| (d.version, d.clean_epoch))
+        .map(|(n, d)| (*n, *d, true))
 }
 
 impl Repair for Recoverer {
@@ -687,5 +781,58 @@ impl Repair for Recoverer {
             }
             self.copy(oid, len, from, true, false).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::ObjVersion;
+
+    fn d(current: bool, version: (u64, u64), clean: u64, crc: u32) -> ObjDigest {
+        ObjDigest {
+            present: true,
+            current,
+            clean_epoch: Epoch(clean),
+            crc,
+            corrupt: false,
+            version: ObjVersion {
+                generation: version.0,
+                epoch: version.1,
+            },
+        }
+    }
+
+    #[test]
+    fn test_the_last_writers_copy_wins_over_a_later_clean_epoch() {
+        let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
+        // The e2e_partition case: node 1 (a cut-off old gateway's node) holds a copy
+        // of generation 1 and is clean at epoch 6, having held nothing then; nodes 2
+        // and 3 took generation 2's writes at epoch 4. Nobody knows its copy current.
+        let stale = d(false, (1, 2), 6, 0xAA);
+        let newer = d(false, (2, 4), 4, 0xCC);
+        let (src, got, force) = pick_source(n1, stale, &[(n2, newer), (n3, newer)]).unwrap();
+        assert_eq!((src, got.crc, force), (n2, 0xCC, true));
+        // Same generation: the later epoch wins.
+        let old_epoch = d(false, (2, 3), 9, 0x11);
+        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)]).unwrap();
+        assert_eq!(src, n1);
+        // Equal versions: the later clean epoch, then the first in order (me first).
+        let (src, ..) = pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))]).unwrap();
+        assert_eq!(src, n2);
+        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)]).unwrap();
+        assert_eq!(src, n1);
+        // A copy known current wins whatever its version, unless it is corrupt;
+        // corrupt and missing copies are never sources.
+        let current = d(true, (1, 1), 1, 7);
+        let (src, _, force) = pick_source(n1, newer, &[(n2, current)]).unwrap();
+        assert_eq!((src, force), (n2, false));
+        let mut bad = current;
+        bad.corrupt = true;
+        let mut gone = newer;
+        gone.present = false;
+        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)]).unwrap();
+        assert_eq!(src, n1);
+        assert!(pick_source(n1, gone, &[(n2, bad)]).is_none());
     }
 }

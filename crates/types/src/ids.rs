@@ -18,6 +18,23 @@ pub struct VdiId(pub u32);
 )]
 pub struct Epoch(pub u64);
 
+/// The version of one copy of an object: the lock generation and the map epoch of
+/// the last write it took (a recovered copy takes its source's). Ordered by
+/// generation, then epoch: a newer gateway (higher generation) supersedes an older
+/// one, and a gateway's later epochs supersede its earlier ones, since a write is
+/// only acknowledged without a replica after that replica is marked down, which
+/// moves the epoch. When no copy is known to be current, the highest version holds
+/// every acknowledged write. Zero: written before versions existed, or never.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ObjVersion {
+    /// The writer's lock generation for the VDI.
+    pub generation: u64,
+    /// The epoch of the writer's cluster map.
+    pub epoch: u64,
+}
+
 /// One object of a VDI: bytes `[index * object_size, (index + 1) * object_size)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectId {
@@ -62,6 +79,12 @@ impl fmt::Display for VdiId {
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for ObjVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}e{}", self.generation, self.epoch)
     }
 }
 
