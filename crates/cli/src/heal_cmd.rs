@@ -1,6 +1,6 @@
 //! Self-healing commands: `vdi check`, `vdi set-min-copies`, `cluster scrub`, and the
 //! recovery part of `cluster status`.
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::{Check, MinCopies, Recovery, Status, VdiDetail};
 use drove_replica::{CheckReport, ScrubReport};
@@ -230,12 +230,34 @@ pub fn print_recovery(rs: &[Recovery]) {
     );
 }
 
-/// `drove node leave ID`: start the drain, then wait until every up node is current
-/// at the new epoch and the leaving node stores nothing.
+/// `drove node remove ID`: forget a down node.
+pub async fn remove(ctx: &Ctx, id: u64) -> Result<()> {
+    let s: Status = ctx.get("/api/status").await?;
+    if let Some(n) = s.map.node(drove_types::NodeId(id)) {
+        if n.state == NodeState::Up {
+            bail!(
+                "node {id} is up: `drove node leave {id}` drains it, then removes it \
+                 (`node remove` is for a node that is down for good)"
+            );
+        }
+    }
+    let v: serde_json::Value = ctx
+        .post(&format!("/api/nodes/{id}/remove"), &serde_json::json!({}))
+        .await?;
+    if ctx.json {
+        return print_json(&v);
+    }
+    println!("node {id} removed from the cluster map and the metadata membership");
+    Ok(())
+}
+
+/// `drove node leave ID`: start the drain, wait until every up node is current at
+/// the new epoch and the leaving node stores nothing, then remove the node.
 pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
     let node: drove_types::NodeInfo = ctx
         .post(&format!("/api/nodes/{id}/leave"), &serde_json::json!({}))
         .await?;
+    let down = node.state != NodeState::Up;
     if !ctx.json {
         println!("node {id}: weight 0, its objects are being copied to the other nodes");
     }
@@ -268,7 +290,9 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
                 left.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
             );
         }
-        if current && left == Some(0) {
+        // A down node's copies are not sources and it cannot report: only the
+        // others' recovery counts.
+        if current && (left == Some(0) || down) {
             break;
         }
         if started.elapsed() > Duration::from_secs(24 * 3600) {
@@ -280,9 +304,17 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
         eprintln!();
     }
     let secs = started.elapsed().as_secs_f64();
+    let _: serde_json::Value = ctx
+        .post(&format!("/api/nodes/{id}/remove"), &serde_json::json!({}))
+        .await
+        .with_context(|| format!("node {id} is drained but could not be removed"))?;
     if ctx.json {
-        return print_json(&serde_json::json!({ "node": id, "drained": true, "seconds": secs }));
+        return print_json(
+            &serde_json::json!({ "node": id, "drained": true, "removed": true, "seconds": secs }),
+        );
     }
-    println!("node {id} drained in {secs:.1} s; it holds no data and can be stopped");
+    println!(
+        "node {id} drained in {secs:.1} s and removed from the cluster; its process can be stopped"
+    );
     Ok(())
 }

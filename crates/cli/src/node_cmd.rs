@@ -15,14 +15,24 @@ pub enum NodeCmd {
     Run(RunArgs),
     /// List the nodes of the cluster map.
     List,
-    /// Drain a node: its objects are copied to the others first, then it holds
-    /// nothing and can be stopped. Waits, with progress, until that is done.
+    /// Take a node out of the cluster: its objects are copied to the others first
+    /// (the drain, with progress), then it leaves the cluster map and the metadata
+    /// membership, and its process can be stopped. A node that is down is not
+    /// drained (its copies are stale): the others recover from current copies.
     Leave {
         /// Node id.
         id: u64,
-        /// Return once the drain has started instead of waiting for it.
+        /// Return once the drain has started; the node stays in the cluster until
+        /// `drove node leave ID` is run again and finishes.
         #[arg(long)]
         no_wait: bool,
+    },
+    /// Forget a node that is down for good (a dead host), without a drain: it leaves
+    /// the cluster map and the metadata membership. Objects whose only up-to-date
+    /// copies were on it become readable from the best copy left.
+    Remove {
+        /// Node id.
+        id: u64,
     },
 }
 
@@ -87,6 +97,7 @@ pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         NodeCmd::Leave { id, no_wait } => crate::heal_cmd::leave(ctx, id, no_wait).await,
+        NodeCmd::Remove { id } => crate::heal_cmd::remove(ctx, id).await,
     }
 }
 

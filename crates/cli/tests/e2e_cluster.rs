@@ -163,3 +163,81 @@ fn test_full_disk_fails_the_request_and_keeps_earlier_data() {
     let o = run(Command::new(drove_bin()).args(["cluster", "status", "--cluster", &admin]));
     assert!(o.status.success(), "node still answers: {}", text(&o));
 }
+
+/// `drove cluster status --json` through node `i`.
+fn status(c: &Cluster, i: usize) -> serde_json::Value {
+    let o = c.drove(i, &["cluster", "status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    let mut ids: Vec<u64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn test_a_dead_voter_is_removed_and_a_learner_takes_its_vote() {
+    if !have("qemu-io") {
+        return;
+    }
+    let c = Cluster::start(4, 2);
+    c.create_vdi("kept", "32M", &["--copies", "2"]);
+    let uri = c.nodes[0].uri("kept");
+    let writes: Vec<String> = (0..8)
+        .map(|i| format!("write -P {} {} 1M", i + 1, i * (4 << 20)))
+        .collect();
+    qemu_io(&uri, &writes);
+    let (dead, up) = (c.nodes[1].id, c.nodes[2].id);
+    let s = status(&c, 0);
+    assert!(ids(&s["voters"]).contains(&dead), "{s}");
+
+    // An up node is drained by `leave`, never removed outright.
+    let o = c.drove(0, &["node", "remove", &up.to_string()]);
+    assert!(!o.status.success(), "removing an up node must fail");
+    assert!(text(&o).contains("node leave"), "{}", text(&o));
+    let o = c.drove(0, &["node", "remove", "99"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("No node 99"), "{}", text(&o));
+
+    c.kill(1);
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "the dead node marked down",
+        || status(&c, 0)["map"]["nodes"][dead.to_string()]["state"] == "Down",
+    );
+    let o = c.drove(0, &["node", "remove", &dead.to_string(), "--json"]);
+    assert!(o.status.success(), "node remove: {}", text(&o));
+    let s = status(&c, 3);
+    assert!(s["map"]["nodes"].get(dead.to_string()).is_none(), "{s}");
+    assert_eq!(s["map"]["nodes"].as_object().unwrap().len(), 3, "{s}");
+    let all: Vec<u64> = c
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|&i| i != dead)
+        .collect();
+    assert_eq!(ids(&s["voters"]), all, "the learner took the vote: {s}");
+    assert!(ids(&s["learners"]).is_empty(), "{s}");
+    let removed = format!("node {dead} removed");
+    let history = s["epoch_history"].as_array().unwrap();
+    assert!(
+        history.iter().any(|r| r["change"] == removed.as_str()),
+        "no `{removed}` in the epoch history: {history:?}"
+    );
+    // The data is all there, through every node left.
+    let reads: Vec<String> = (0..8)
+        .map(|i| format!("read -P {} {} 1M", i + 1, i * (4 << 20)))
+        .collect();
+    for i in [0, 2, 3] {
+        qemu_io(&c.nodes[i].uri("kept"), &reads);
+    }
+    // The metadata still commits with the new voters.
+    c.create_vdi("after", "4M", &[]);
+}

@@ -453,6 +453,13 @@ fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
     qemu_io(&c.nodes[1].uri("grow"), &verify);
     let r = check(&c, 2, "grow", false);
     assert_eq!(r["identical"], r["objects"], "{r}");
+    // And it is gone: out of the map and of the metadata membership.
+    let members = |v: &Value| v.as_array().unwrap().iter().any(|x| x.as_u64() == Some(4));
+    assert!(
+        s["map"]["nodes"].get("4").is_none(),
+        "node 4 still in the map: {s}"
+    );
+    assert!(!members(&s["voters"]) && !members(&s["learners"]), "{s}");
     let _ = node4.kill();
     let _ = node4.wait();
 }

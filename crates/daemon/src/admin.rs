@@ -77,6 +77,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/check", post(check_vdi))
         .route("/api/recovery", get(recovery))
         .route("/api/nodes/{id}/leave", post(leave_node))
+        .route("/api/nodes/{id}/remove", post(remove_node))
         .route("/api/scrub", post(scrub))
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
@@ -269,6 +270,23 @@ async fn leave_node(
     node.weight = 0;
     a.meta.execute(Command::UpsertNode(node.clone())).await?;
     Ok(Json(node))
+}
+
+/// Forget a drained (weight 0) or down node: out of the cluster map, then out of the
+/// metadata membership. Repeating it after a partial failure finishes the job.
+async fn remove_node(State(a): State<Admin>, Path(id): Path<u64>) -> ApiResult<serde_json::Value> {
+    let node = drove_types::NodeId(id);
+    let in_map = a.meta.state().map.node(node).is_some();
+    let status = a.meta.status();
+    let member = status.voters.contains(&node) || status.learners.contains(&node);
+    if !in_map && !member {
+        return Err(Error::not_found(format!("No node {id} in the cluster")).into());
+    }
+    if in_map {
+        a.meta.execute(Command::RemoveNode { id: node }).await?;
+    }
+    a.meta.remove_member(id).await?;
+    Ok(Json(serde_json::json!({ "removed": id })))
 }
 
 async fn scrub(State(a): State<Admin>) -> ApiResult<drove_replica::ScrubReport> {

@@ -26,6 +26,7 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .route("/meta/write", post(write))
         .route("/meta/join", post(join))
+        .route("/meta/remove", post(remove))
         .route("/meta/heartbeat", post(crate::health::receive))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(meta)
@@ -61,4 +62,8 @@ async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<
 
 async fn join(State(meta): State<Arc<Meta>>, Json(req): Json<JoinRequest>) -> Json<Wire<Role>> {
     Json(meta.handle_join(req).await)
+}
+
+async fn remove(State(meta): State<Arc<Meta>>, Json(id): Json<u64>) -> Json<Wire<()>> {
+    Json(meta.handle_remove(id).await)
 }

@@ -1,12 +1,14 @@
 //! The leader's side of a join: add the node as a learner (or update its address),
-//! then promote it to voter while the cluster has fewer than `max_voters` voters.
-//! Runs under one lock so concurrent joins see each other's changes.
+//! then promote it to voter while the cluster has fewer than `max_voters` voters;
+//! and of a removal: the node stops being a voter and a learner, and a caught-up
+//! learner takes its vote. Runs under one lock so concurrent changes see each other.
 use crate::meta::Meta;
-use crate::remote::{JoinRequest, Role, Wire};
+use crate::remote::{post, retry, JoinRequest, Role, Wire};
+use drove_types::{Error, ErrorKind, NodeState};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the leader waits for a new learner to catch up before promoting it.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(8);
@@ -85,6 +87,97 @@ impl Meta {
             Ok(_) => Wire::Ok(Role::Voter),
             Err(e) => to_wire(e),
         }
+    }
+
+    /// Serve `/meta/remove` (leader only), within the caller's timeout.
+    pub(crate) async fn handle_remove(&self, id: u64) -> Wire<()> {
+        match tokio::time::timeout(JOIN_SERVE_TIMEOUT, self.remove_here(id)).await {
+            Ok(w) => w,
+            Err(_) => Wire::unavailable("Membership change not committed in time"),
+        }
+    }
+
+    async fn remove_here(&self, id: u64) -> Wire<()> {
+        if self.is_closed() {
+            return Wire::unavailable("Metadata service stopped");
+        }
+        let _guard = self.membership_lock.lock().await;
+        match self.leader() {
+            Some((l, _)) if l == self.id => {}
+            other => {
+                return Wire::NotLeader {
+                    leader: other.map(|(_, addr)| addr),
+                }
+            }
+        }
+        if id == self.id {
+            return Wire::Err {
+                kind: ErrorKind::Invalid,
+                msg: format!(
+                    "Node {id} is the metadata leader; stop its process so another node \
+                     leads, then remove it"
+                ),
+            };
+        }
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        if voters.contains(&id) {
+            tracing::info!(node = id, "removing a metadata voter");
+            let change = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
+            if let Err(e) = self.raft.change_membership(change, false).await {
+                return to_wire(e);
+            }
+        } else if membership.get_node(&id).is_some() {
+            tracing::info!(node = id, "removing a metadata learner");
+            let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+            if let Err(e) = self.raft.change_membership(change, false).await {
+                return to_wire(e);
+            }
+        }
+        // Give its vote to a learner that is up and has caught up, if there is one.
+        let state = self.state();
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        let voters = membership.voter_ids().count();
+        let learner = membership.learner_ids().find(|l| {
+            state
+                .map
+                .node(drove_types::NodeId(*l))
+                .is_some_and(|n| n.state == NodeState::Up)
+        });
+        if let (true, Some(l)) = (voters < state.settings.max_voters, learner) {
+            if self.wait_caught_up(l).await.is_ok() {
+                tracing::info!(node = l, "promoting a metadata learner to voter");
+                let change = ChangeMembers::AddVoterIds(BTreeSet::from([l]));
+                if let Err(e) = self.raft.change_membership(change, false).await {
+                    tracing::warn!(node = l, "cannot promote the learner: {e}");
+                }
+            }
+        }
+        Wire::Ok(())
+    }
+
+    /// Take node `id` out of the metadata membership (voter or learner), asking the
+    /// leader wherever it is. Done when the node is no member.
+    pub async fn remove_member(&self, id: u64) -> Result<(), Error> {
+        let deadline = Instant::now() + JOIN_SERVE_TIMEOUT + Duration::from_secs(5);
+        retry(deadline, "Cannot remove the metadata member", |hint| {
+            let target = hint.or_else(|| self.leader().map(|(_, addr)| addr));
+            async move {
+                match target {
+                    Some(addr) => {
+                        let timeout = JOIN_SERVE_TIMEOUT + Duration::from_secs(2);
+                        post(&self.client, &addr, "/meta/remove", &id, timeout).await
+                    }
+                    None => crate::remote::Attempt::Retry {
+                        hint: None,
+                        why: "no metadata leader known".to_string(),
+                    },
+                }
+            }
+        })
+        .await
     }
 
     async fn wait_caught_up(&self, id: u64) -> Result<(), String> {

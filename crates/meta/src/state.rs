@@ -132,6 +132,13 @@ pub enum Command {
         /// Its new state.
         state: NodeState,
     },
+    /// Forget a node: it leaves the cluster map (one epoch). Only a node that takes
+    /// no data (weight 0: drained by `node leave`) or is down; its locks stay, and
+    /// count as a dead gateway's.
+    RemoveNode {
+        /// The node.
+        id: NodeId,
+    },
     /// The failure detector's verdict on a node, as [`Command::SetNodeState`], but
     /// judged by the leader of Raft term `term` from the heartbeats it received, and
     /// refused when committed in another term: a leader cut off from the majority
@@ -351,6 +358,23 @@ impl MetaState {
                     node.state = *state;
                     self.bump_epoch(now, change);
                 }
+                Ok(Reply::Done)
+            }
+            Command::RemoveNode { id } => {
+                let Some(node) = self.map.nodes.get(id) else {
+                    return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+                };
+                if node.state == NodeState::Up && node.weight > 0 {
+                    return Err((
+                        ErrorKind::Invalid,
+                        format!(
+                            "Node {id} is up and holds data: `drove node leave {id}` drains \
+                             it first, then removes it"
+                        ),
+                    ));
+                }
+                self.map.nodes.remove(id);
+                self.bump_epoch(now, format!("node {id} removed"));
                 Ok(Reply::Done)
             }
             Command::CreateVdi {

@@ -51,8 +51,8 @@ impl View {
             .is_some_and(|v| locate(map, oid, usize::from(v.copies)).contains(&node))
     }
 
-    /// Every node that `oid` was placed on at epoch `since` or later: the nodes that
-    /// may have taken writes made at those epochs.
+    /// Every node still in the map that `oid` was placed on at epoch `since` or
+    /// later: the nodes that may have taken writes made at those epochs.
     fn placed_since(&self, oid: ObjectId, since: Epoch) -> BTreeSet<NodeId> {
         let Some(v) = self.vdis.get(&oid.vdi) else {
             return BTreeSet::new();
@@ -62,6 +62,8 @@ impl View {
             .filter(|m| m.epoch >= since)
             .chain(std::iter::once(&*self.map))
             .flat_map(|m| locate(m, oid, usize::from(v.copies)))
+            // A node removed from the map was declared gone: not waited for.
+            .filter(|n| self.map.node(*n).is_some())
             .collect()
     }
 

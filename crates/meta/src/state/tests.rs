@@ -450,3 +450,42 @@ fn test_state_round_trips_through_json() {
     let back: MetaState = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(back, s);
 }
+
+#[test]
+fn test_only_a_drained_or_down_node_is_removed() {
+    let mut s = with_nodes(3);
+    let remove = |id| Command::RemoveNode { id: NodeId(id) };
+    let before = s.clone();
+    let (kind, msg) = err_of(s.apply(&remove(2), 50));
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("node leave 2"), "{msg}");
+    assert_eq!(s, before);
+    assert_eq!(err_of(s.apply(&remove(9), 50)).0, ErrorKind::NotFound);
+    // Drained (weight 0): removed, with an epoch of its own.
+    let mut drained = node(2, "z");
+    drained.weight = 0;
+    s.apply(&Command::UpsertNode(drained), 51).unwrap();
+    s.apply(&remove(2), 52).unwrap();
+    assert!(s.map.node(NodeId(2)).is_none());
+    assert_eq!(s.map.epoch, Epoch(5));
+    assert!(s
+        .epoch_history
+        .last()
+        .unwrap()
+        .change
+        .contains("node 2 removed"));
+    // Down: removed too.
+    s.apply(
+        &Command::SetNodeState {
+            id: NodeId(3),
+            state: NodeState::Down,
+        },
+        53,
+    )
+    .unwrap();
+    s.apply(&remove(3), 54).unwrap();
+    assert_eq!(
+        s.map.nodes.keys().copied().collect::<Vec<_>>(),
+        vec![NodeId(1)]
+    );
+}
