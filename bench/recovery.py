@@ -90,6 +90,8 @@ def client(uri, runtime):
     job = fio_json("--name=client", "--ioengine=nbd", "--uri=" + uri, "--rw=randrw",
                    "--rwmixread=70", "--bs=4k", "--iodepth=16", "--time_based=1",
                    "--runtime=" + str(runtime))
+    if job.get("error", 0) != 0:
+        sys.exit(f"error: the client saw an I/O error during the run (fio error {job['error']})")
     return job["read"]["iops"] + job["write"]["iops"]
 
 
