@@ -140,8 +140,8 @@ def main():
 
         print("idle client: kill node 4, time recovery", flush=True)
         epoch0 = status(admin)["map"]["epoch"]
-        kill(nodes[3]["pid"])
         t0 = time.time()
+        kill(nodes[3]["pid"])
         wait_state(admin, 4, "Down")
         s = wait_recovered(admin, 3600, epoch0 + 1)
         idle_s = time.time() - t0
@@ -158,8 +158,8 @@ def main():
         before = client(uri, a.runtime)
         print("client during recovery: kill node 3", flush=True)
         epoch1 = status(admin)["map"]["epoch"]
-        kill(nodes[2]["pid"])
         t1 = time.time()
+        kill(nodes[2]["pid"])
         during = client(uri, a.runtime)
         s = wait_recovered(admin, 3600, epoch1 + 1)
         rec_s = time.time() - t1

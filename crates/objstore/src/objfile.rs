@@ -221,12 +221,13 @@ impl ObjFile {
         // the unaligned head is shifted out afterwards (no second buffer).
         let span = usize::try_from((last - first + 1) * BS)
             .map_err(|_| Error::invalid(format!("object {}: read too large", self.oid)))?;
-        let mut buf = vec![0u8; span];
-        {
+        let mut buf = {
             let _locks = self.stripes.read(first, last);
-            sys::read_full_at(&self.data, &mut buf, start).map_err(|e| self.io_err("read", e))?;
+            let buf =
+                sys::read_new_at(&self.data, span, start).map_err(|e| self.io_err("read", e))?;
             self.verify_blocks(first, &buf)?;
-        }
+            buf
+        };
         let head = (offset - start) as usize;
         let len = len as usize;
         if head > 0 {

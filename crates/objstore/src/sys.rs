@@ -25,6 +25,41 @@ pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Resu
     Ok(())
 }
 
+/// Read `len` bytes of `file` at `offset` into a new buffer, without zero-filling it
+/// first (a 4 MiB memset per object read showed up in recovery profiles); what lies
+/// past the end of the file reads as zeros.
+pub(crate) fn read_new_at(file: &File, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    while buf.len() < len {
+        let done = buf.len();
+        // SAFETY: pread writes at most `len - done` bytes into the spare capacity
+        // starting at `done`, which the Vec owns; no reference to uninitialised
+        // memory is made, and the length only grows over bytes pread wrote.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_mut_ptr().add(done).cast(),
+                len - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        match n {
+            0 => break,
+            // SAFETY: pread initialised `n` more bytes after `done`.
+            n if n > 0 => unsafe { buf.set_len(done + n as usize) },
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    buf.resize(len, 0);
+    Ok(buf)
+}
+
 /// Write `len` zero bytes at `offset`.
 pub(crate) fn write_zeros_at(file: &File, mut offset: u64, mut len: u64) -> io::Result<()> {
     while len > 0 {

@@ -54,25 +54,59 @@ pub struct Frame<H> {
     pub payload: Bytes,
 }
 
+/// A frame's wire bytes in two parts, sent one after the other: everything up to the
+/// payload, and the payload itself, which is never copied (a 4 MiB object copied
+/// into the frame buffer was a tenth of a node's CPU time during recovery).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// Prefix, request id and header.
+    pub head: Bytes,
+    /// The payload, shared with the frame it came from.
+    pub payload: Bytes,
+}
+
+impl Encoded {
+    /// Bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    /// Whether there are none (never, for an encoded frame).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl<H: Serialize> Frame<H> {
     /// Encode into wire bytes.
     pub fn encode(&self) -> Result<Bytes, FrameError> {
+        let parts = self.encode_parts()?;
+        let mut buf = BytesMut::with_capacity(parts.len());
+        buf.put_slice(&parts.head);
+        buf.put_slice(&parts.payload);
+        Ok(buf.freeze())
+    }
+
+    /// Encode into wire bytes, the payload left where it is.
+    pub fn encode_parts(&self) -> Result<Encoded, FrameError> {
         let header = postcard::to_stdvec(&self.header).map_err(|_| FrameError::BadHeader)?;
         let body_len = 8 + 4 + header.len() + self.payload.len();
         if body_len > MAX_FRAME {
             return Err(FrameError::BadLength(body_len));
         }
-        let mut buf = BytesMut::with_capacity(PREFIX + body_len);
-        buf.put_u32(MAGIC);
-        buf.put_u32(body_len as u32);
-        buf.put_u32(0); // checksum, filled in below
-        buf.put_u64(self.id);
-        buf.put_u32(header.len() as u32);
-        buf.put_slice(&header);
-        buf.put_slice(&self.payload);
-        let crc = crc32c::crc32c(&buf[PREFIX..]);
-        buf[8..12].copy_from_slice(&crc.to_be_bytes());
-        Ok(buf.freeze())
+        let mut head = BytesMut::with_capacity(PREFIX + 12 + header.len());
+        head.put_u32(MAGIC);
+        head.put_u32(body_len as u32);
+        head.put_u32(0); // checksum, filled in below
+        head.put_u64(self.id);
+        head.put_u32(header.len() as u32);
+        head.put_slice(&header);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[PREFIX..]), &self.payload);
+        head[8..12].copy_from_slice(&crc.to_be_bytes());
+        Ok(Encoded {
+            head: head.freeze(),
+            payload: self.payload.clone(),
+        })
     }
 }
 
@@ -182,6 +216,18 @@ mod tests {
         let back = Frame::<PeerReq>::decode(&mut buf).unwrap().unwrap();
         assert_eq!(back, f);
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn test_parts_share_the_payload_and_decode_as_one_frame() {
+        let f = sample();
+        let parts = f.encode_parts().unwrap();
+        assert_eq!(parts.payload.as_ptr(), f.payload.as_ptr(), "payload copied");
+        let mut buf = BytesMut::from(&parts.head[..]);
+        buf.extend_from_slice(&parts.payload);
+        assert_eq!(buf.len(), parts.len());
+        let back = Frame::<PeerReq>::decode(&mut buf).unwrap().unwrap();
+        assert_eq!(back, f);
     }
 
     #[test]

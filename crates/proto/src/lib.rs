@@ -7,5 +7,5 @@
 pub mod frame;
 mod msg;
 
-pub use frame::{Frame, FrameError, MAX_FRAME};
+pub use frame::{Encoded, Frame, FrameError, MAX_FRAME};
 pub use msg::{ObjDigest, PeerReq, PeerResp, WireError};

@@ -41,7 +41,7 @@ impl Default for PeerTimeouts {
 type Waiter = oneshot::Sender<Frame<PeerResp>>;
 
 struct Conn {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<drove_proto::Encoded>,
     pending: Mutex<HashMap<u64, Waiter>>,
     dead: AtomicBool,
     /// The reader and writer tasks; aborting them closes the socket.
@@ -206,7 +206,7 @@ impl PeerPool {
             header: req,
             payload,
         }
-        .encode()
+        .encode_parts()
         .map_err(|e| Error::invalid(format!("Cannot encode request: {e}")))?;
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = conn.pending.lock() {
@@ -293,7 +293,7 @@ impl PeerPool {
 
     fn spawn_conn(&self, node: NodeId, stream: TcpStream) -> Arc<Conn> {
         let (rd, wr) = stream.into_split();
-        let (tx, rx) = mpsc::channel::<Bytes>(1024);
+        let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
         let conn = Arc::new(Conn {
             tx,
             pending: Mutex::new(HashMap::new()),

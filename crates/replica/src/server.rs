@@ -60,7 +60,7 @@ impl PeerServer {
     async fn serve_conn(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
         let _ = stream.set_nodelay(true);
         let (rd, wr) = stream.into_split();
-        let (tx, rx) = mpsc::channel::<Bytes>(1024);
+        let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
         let writer = tokio::spawn(crate::writer::drain(rx, wr, |_| {}));
         let sem = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         let mut rd = BufReader::with_capacity(256 << 10, rd);
@@ -86,7 +86,7 @@ impl PeerServer {
         result
     }
 
-    async fn handle(&self, frame: Frame<PeerReq>) -> Bytes {
+    async fn handle(&self, frame: Frame<PeerReq>) -> drove_proto::Encoded {
         let start = Instant::now();
         let op = frame.header.op_name();
         let in_bytes = frame.payload.len() as u64;
@@ -107,7 +107,7 @@ impl PeerServer {
             header,
             payload,
         };
-        match reply.encode() {
+        match reply.encode_parts() {
             Ok(b) => b,
             Err(e) => {
                 let fallback = Frame {
@@ -118,7 +118,7 @@ impl PeerServer {
                     }),
                     payload: Bytes::new(),
                 };
-                fallback.encode().unwrap_or_default()
+                fallback.encode_parts().unwrap_or_default()
             }
         }
     }
