@@ -43,13 +43,8 @@ impl Meta {
             return Wire::unavailable("Metadata service stopped");
         }
         let _guard = self.membership_lock.lock().await;
-        match self.leader() {
-            Some((id, _)) if id == self.id => {}
-            other => {
-                return Wire::NotLeader {
-                    leader: other.map(|(_, addr)| addr),
-                }
-            }
+        if let Some(redirect) = self.unless_leader() {
+            return redirect;
         }
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
@@ -89,6 +84,16 @@ impl Meta {
         }
     }
 
+    /// `None` on the leader; elsewhere the answer that sends the caller to it.
+    fn unless_leader<T>(&self) -> Option<Wire<T>> {
+        match self.leader() {
+            Some((id, _)) if id == self.id => None,
+            other => Some(Wire::NotLeader {
+                leader: other.map(|(_, addr)| addr),
+            }),
+        }
+    }
+
     /// Serve `/meta/remove` (leader only), within the caller's timeout.
     pub(crate) async fn handle_remove(&self, id: u64) -> Wire<()> {
         match tokio::time::timeout(JOIN_SERVE_TIMEOUT, self.remove_here(id)).await {
@@ -102,13 +107,8 @@ impl Meta {
             return Wire::unavailable("Metadata service stopped");
         }
         let _guard = self.membership_lock.lock().await;
-        match self.leader() {
-            Some((l, _)) if l == self.id => {}
-            other => {
-                return Wire::NotLeader {
-                    leader: other.map(|(_, addr)| addr),
-                }
-            }
+        if let Some(redirect) = self.unless_leader() {
+            return redirect;
         }
         if id == self.id {
             return Wire::Err {

@@ -523,22 +523,40 @@ impl Recoverer {
                 }
             }
         }
-        let digests = self.digests_of(&others, oid, len, view.map.epoch).await;
+        let mut digests = self.digests_of(&others, oid, len, view.map.epoch).await;
         let mine = self.local.digest(oid, len).await?;
-        let source = pick_source(self.me, mine, &digests);
+        let mut source = pick_source(self.me, mine, &digests);
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every
             // acknowledged write only if every node that took writes since its last
             // one answered too; else wait (the pass is retried) rather than make a
             // stale copy current, which would then overwrite the newer one when its
-            // node comes back.
-            let since = source.map_or(Epoch(0), |(_, d, _)| Epoch(d.version.epoch));
-            let silent: Vec<NodeId> = view
-                .placed_since(oid, since)
+            // node comes back. Up nodes among them that were not asked (they no
+            // longer hold the object) are asked now.
+            let since = |s: &Option<(NodeId, ObjDigest, bool)>| {
+                s.map_or(Epoch(0), |(_, d, _)| Epoch(d.version.epoch))
+            };
+            let answered = |ds: &[(NodeId, ObjDigest)], n: NodeId| {
+                n == self.me || ds.iter().any(|(m, _)| *m == n)
+            };
+            let unasked: Vec<NodeId> = view
+                .placed_since(oid, since(&source))
                 .into_iter()
-                .filter(|&n| n != self.me && !digests.iter().any(|(m, _)| *m == n))
+                .filter(|&n| !answered(&digests, n))
+                .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
                 .collect();
-            if !silent.is_empty() {
+            if !unasked.is_empty() {
+                digests.extend(self.digests_of(&unasked, oid, len, view.map.epoch).await);
+                source = pick_source(self.me, mine, &digests);
+            }
+            // A higher version found among them only narrows the set; a current copy
+            // found among them ends the question.
+            let silent: Vec<NodeId> = view
+                .placed_since(oid, since(&source))
+                .into_iter()
+                .filter(|&n| !answered(&digests, n))
+                .collect();
+            if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
                 return Err(Error::unavailable(format!(
                     "No copy of object {oid} is known current, and nodes {silent:?}, which \
                      took writes since the best copy's last one, do not answer: waiting \
@@ -803,6 +821,73 @@ mod tests {
                 epoch: version.1,
             },
         }
+    }
+
+    fn map(epoch: u64, nodes: &[(u64, NodeState)]) -> ClusterMap {
+        let nodes = nodes
+            .iter()
+            .map(|&(id, state)| {
+                let info = drove_types::NodeInfo {
+                    id: NodeId(id),
+                    zone: format!("z{id}"),
+                    weight: 1,
+                    admin_addr: String::new(),
+                    peer_addr: String::new(),
+                    nbd_addr: String::new(),
+                    nbd_socket: String::new(),
+                    state,
+                };
+                (NodeId(id), info)
+            })
+            .collect();
+        ClusterMap {
+            epoch: Epoch(epoch),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
+        use NodeState::{Down, Up};
+        let oid = ObjectId::new(VdiId(7), 0);
+        let vdi = VdiInfo {
+            id: VdiId(7),
+            name: "t".into(),
+            size: 64 << 20,
+            object_size: 4 << 20,
+            copies: 2,
+            mode: drove_types::ReplicationMode::Direct,
+            created: 0,
+            min_copies: None,
+            parent: None,
+            snapshot: false,
+            ephemeral: false,
+        };
+        // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
+        // the third node takes its place. Epoch 3: that holder is removed.
+        let m1 = map(1, &[(1, Up), (2, Up), (3, Up)]);
+        let first = locate(&m1, oid, 2);
+        let third = NodeId(6 - first.iter().map(|n| n.0).sum::<u64>());
+        let mut m2 = m1.clone();
+        m2.epoch = Epoch(2);
+        m2.nodes.get_mut(&first[0]).unwrap().state = Down;
+        let mut m3 = m2.clone();
+        m3.epoch = Epoch(3);
+        m3.nodes.remove(&first[0]);
+        let view = |maps: Vec<ClusterMap>| View {
+            map: Arc::new(maps.last().unwrap().clone()),
+            vdis: BTreeMap::from([(vdi.id, vdi.clone())]),
+            history: Arc::new(maps),
+        };
+        let v2 = view(vec![m1.clone(), m2.clone()]);
+        let all: BTreeSet<NodeId> = [1, 2, 3].map(NodeId).into();
+        assert_eq!(v2.placed_since(oid, Epoch(1)), all);
+        // Since epoch 2 the first holder took no writes.
+        let since2: BTreeSet<NodeId> = [first[1], third].into();
+        assert_eq!(v2.placed_since(oid, Epoch(2)), since2);
+        // Removed: not waited for, whatever the epoch.
+        let v3 = view(vec![m1, m2, m3]);
+        assert_eq!(v3.placed_since(oid, Epoch(1)), since2);
     }
 
     #[test]
