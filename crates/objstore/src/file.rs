@@ -149,6 +149,13 @@ impl ObjectStore for FileStore {
         self.layout.sync_dirs()
     }
 
+    fn start_writeback(&self, oid: ObjectId) -> Result<()> {
+        match self.handle(oid, false)? {
+            Some(f) => f.start_writeback(),
+            None => Ok(()),
+        }
+    }
+
     fn version(&self, oid: ObjectId) -> Result<ObjVersion> {
         match self.handle(oid, false)? {
             Some(f) => f.version(),

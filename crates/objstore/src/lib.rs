@@ -77,6 +77,13 @@ pub trait ObjectStore: Send + Sync {
     /// durable with the object's next flush, like a write.
     fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()>;
 
+    /// Start writing the object's data to the disk without waiting: a hint for bulk
+    /// writers (recovery) whose flush comes much later, so that the disk works while
+    /// they go on. Durability still needs `flush`. The default does nothing.
+    fn start_writeback(&self, _oid: ObjectId) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether the object exists (was written and not deleted since).
     fn exists(&self, oid: ObjectId) -> Result<bool>;
 

@@ -371,6 +371,12 @@ impl ObjFile {
             .map_err(|e| self.io_err("write checksums", e))
     }
 
+    /// Start the write-back of the object's dirty pages, without waiting for it.
+    pub(crate) fn start_writeback(&self) -> Result<()> {
+        sys::start_writeback(&self.data).map_err(|e| self.io_err("start write-back", e))?;
+        sys::start_writeback(&self.crc).map_err(|e| self.io_err("start write-back", e))
+    }
+
     /// Make every write and zero that returned before this call durable.
     ///
     /// fdatasync, not fsync: it still flushes the file size and block map that
