@@ -66,6 +66,32 @@ impl FileStore {
         self.object_size
     }
 
+    /// Write `data` (creating the object), then set its version if one is given: one
+    /// handle lookup for both, on the path of every client write.
+    fn write_then_set(
+        &self,
+        oid: ObjectId,
+        offset: u64,
+        data: &[u8],
+        version: Option<ObjVersion>,
+    ) -> Result<()> {
+        check_range(oid, self.object_size, offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let Some(f) = self.handle(oid, true)? else {
+            return Err(Error::io(
+                format!("object {oid}: create"),
+                io::Error::from(io::ErrorKind::NotFound),
+            ));
+        };
+        let res = f
+            .write(offset, data)
+            .and_then(|()| version.map_or(Ok(()), |v| f.set_version(v)));
+        self.dirty.mark(&f);
+        res
+    }
+
     /// The open handle of `oid`, opening or (if `create`) creating its files.
     fn handle(&self, oid: ObjectId, create: bool) -> Result<Option<Arc<ObjFile>>> {
         self.cache
@@ -83,19 +109,21 @@ impl ObjectStore for FileStore {
     }
 
     fn write(&self, oid: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
-        check_range(oid, self.object_size, offset, data.len() as u64)?;
+        self.write_then_set(oid, offset, data, None)
+    }
+
+    fn write_versioned(
+        &self,
+        oid: ObjectId,
+        offset: u64,
+        data: &[u8],
+        version: ObjVersion,
+    ) -> Result<()> {
         if data.is_empty() {
-            return Ok(());
+            check_range(oid, self.object_size, offset, 0)?;
+            return self.set_version(oid, version);
         }
-        let Some(f) = self.handle(oid, true)? else {
-            return Err(Error::io(
-                format!("object {oid}: create"),
-                io::Error::from(io::ErrorKind::NotFound),
-            ));
-        };
-        let res = f.write(offset, data);
-        self.dirty.mark(&f);
-        res
+        self.write_then_set(oid, offset, data, Some(version))
     }
 
     fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()> {

@@ -77,6 +77,19 @@ pub trait ObjectStore: Send + Sync {
     /// durable with the object's next flush, like a write.
     fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()>;
 
+    /// [`ObjectStore::write`], then [`ObjectStore::set_version`]: a client write.
+    /// Stores that look an object up once per call override it to do it once.
+    fn write_versioned(
+        &self,
+        oid: ObjectId,
+        offset: u64,
+        data: &[u8],
+        version: ObjVersion,
+    ) -> Result<()> {
+        self.write(oid, offset, data)?;
+        self.set_version(oid, version)
+    }
+
     /// Start writing the object's data to the disk without waiting: a hint for bulk
     /// writers (recovery) whose flush comes much later, so that the disk works while
     /// they go on. Durability still needs `flush`. The default does nothing.

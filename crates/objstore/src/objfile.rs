@@ -182,6 +182,11 @@ impl ObjFile {
     /// The object's version (zero if never set or unreadable).
     pub(crate) fn version(&self) -> Result<ObjVersion> {
         let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        self.stored_version(&mut cached)
+    }
+
+    /// The cached version, read from the checksum file the first time.
+    fn stored_version(&self, cached: &mut Option<ObjVersion>) -> Result<ObjVersion> {
         if let Some(v) = *cached {
             return Ok(v);
         }
@@ -195,12 +200,13 @@ impl ObjFile {
         Ok(v)
     }
 
-    /// Record the object's version, durable with the next sync.
+    /// Record the object's version, durable with the next sync. The comparison and
+    /// the write happen under one lock, so concurrent setters cannot interleave.
     pub(crate) fn set_version(&self, v: ObjVersion) -> Result<()> {
-        if self.version()? == v {
+        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.stored_version(&mut cached)? == v {
             return Ok(());
         }
-        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
         self.crc
             .write_all_at(&encode_version(v), self.version_at)
             .map_err(|e| self.io_err("write version", e))?;

@@ -84,6 +84,16 @@ fn versions_follow_set_and_create(s: &dyn ObjectStore) {
     s.delete(o).unwrap();
     s.write(o, 0, &pattern(4, 4096)).unwrap();
     assert_eq!(s.version(o).unwrap(), v(0, 0));
+    // A client write sets both, in one call; an empty one only the version.
+    s.write_versioned(o, 4096, &pattern(5, 10), v(6, 7))
+        .unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 7));
+    assert_eq!(s.read(o, 4096, 10).unwrap(), pattern(5, 10));
+    s.write_versioned(o, 0, &[], v(6, 8)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 8));
+    let missing = oid(9, 1);
+    s.write_versioned(missing, 0, &[], v(6, 8)).unwrap();
+    assert!(!s.exists(missing).unwrap());
 }
 
 fn holes_and_missing_objects_read_as_zeros(s: &dyn ObjectStore) {

@@ -150,13 +150,11 @@ impl LocalStore {
                     // than that in thread wake-ups, so it runs here. Anything that can
                     // wait on the disk (FUA, fsync, large writes) still goes to the pool.
                     // (Setting an unchanged version costs a comparison.)
-                    store.write(oid, offset, &payload)?;
-                    store.set_version(oid, v)?;
+                    store.write_versioned(oid, offset, &payload, v)?;
                     return Ok((PeerResp::Ok, Bytes::new()));
                 }
                 blocking(store, move |s| {
-                    s.write(oid, offset, &payload)?;
-                    s.set_version(oid, v)?;
+                    s.write_versioned(oid, offset, &payload, v)?;
                     if fua {
                         s.flush(&[oid])?;
                     }

@@ -339,8 +339,8 @@ impl Volume {
 
     /// Flatten: copy every object the VDI still reads from its parents into its own
     /// id, a few at a time under the write lock, then flush. Returns the objects
-    /// copied. The caller then
-    /// records in the metadata that the VDI has no parent any more.
+    /// copied. The caller then records in the metadata that the VDI has no parent
+    /// any more.
     pub async fn copy_up_all(self: &Arc<Self>) -> Result<u64> {
         use futures::stream::{self, StreamExt, TryStreamExt};
         let total = self.info().object_count();
