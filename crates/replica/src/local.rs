@@ -33,8 +33,43 @@ pub struct LocalStore {
     fence: Fence,
     catchup: CatchUp,
     repair: OnceLock<Weak<dyn Repair>>,
-    /// Client reads and writes applied here (not recovery's): recovery yields to them.
-    client_ops: std::sync::atomic::AtomicU64,
+    /// When the last client read or write (not recovery's) was applied here:
+    /// recovery yields to them.
+    client_seen: ClientClock,
+}
+
+/// The time of the last client operation, as milliseconds since the clock's start
+/// plus one (0: none yet), so that an operation costs one atomic store.
+struct ClientClock {
+    start: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ClientClock {
+    fn new() -> Self {
+        ClientClock {
+            start: std::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    fn tick(&self) {
+        self.last_ms
+            .store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn since_last(&self) -> Option<std::time::Duration> {
+        match self.last_ms.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            last => Some(std::time::Duration::from_millis(
+                self.now_ms().saturating_sub(last),
+            )),
+        }
+    }
 }
 
 impl LocalStore {
@@ -50,7 +85,7 @@ impl LocalStore {
             fence: Fence::default(),
             catchup,
             repair: OnceLock::new(),
-            client_ops: std::sync::atomic::AtomicU64::new(0),
+            client_seen: ClientClock::new(),
         })
     }
 
@@ -69,9 +104,10 @@ impl LocalStore {
         &self.fence
     }
 
-    /// Client reads and writes applied here so far.
-    pub fn client_ops(&self) -> u64 {
-        self.client_ops.load(std::sync::atomic::Ordering::Relaxed)
+    /// How long ago the last client read or write was applied here (None: none
+    /// yet), to the millisecond.
+    pub fn since_client_op(&self) -> Option<std::time::Duration> {
+        self.client_seen.since_last()
     }
 
     /// Which copies here are current, and the epoch caught up with.
@@ -122,8 +158,7 @@ impl LocalStore {
                 | PeerReq::Create { .. }
                 | PeerReq::Flush { .. }
         ) {
-            self.client_ops
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.client_seen.tick();
         }
         match req {
             PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
@@ -347,4 +382,27 @@ fn strip_forward(req: &PeerReq) -> PeerReq {
         _ => {}
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn test_the_time_since_a_client_op_counts_from_the_op_not_from_a_look() {
+        let local = LocalStore::new(Arc::new(drove_objstore::MemStore::new(4 << 20)));
+        assert_eq!(local.since_client_op(), None, "no client op yet");
+        // Recovery's own requests are not client operations.
+        local.apply(&PeerReq::Ping, Bytes::new()).await.unwrap();
+        assert_eq!(local.since_client_op(), None);
+        let flush = PeerReq::Flush { oids: vec![] };
+        local.apply(&flush, Bytes::new()).await.unwrap();
+        assert!(local.since_client_op().unwrap() < Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        // The first look after a quiet spell sees the spell, not a fresh op.
+        assert!(local.since_client_op().unwrap() >= Duration::from_millis(110));
+        local.apply(&flush, Bytes::new()).await.unwrap();
+        assert!(local.since_client_op().unwrap() < Duration::from_millis(100));
+    }
 }

@@ -142,8 +142,6 @@ pub struct Recoverer {
     pass: Mutex<Pass>,
     limit_mib_s: AtomicU32,
     bucket: tokio::sync::Mutex<Instant>,
-    /// Client operations counted at the last look, and when they last changed.
-    client_seen: Mutex<(u64, Instant)>,
 }
 
 /// Objects recovered at once by one node.
@@ -166,7 +164,6 @@ impl Recoverer {
             pass: Mutex::new(Pass::new(Epoch(0), 0)),
             limit_mib_s: AtomicU32::new(0),
             bucket: tokio::sync::Mutex::new(Instant::now()),
-            client_seen: Mutex::new((0, Instant::now())),
         });
         let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
         local.set_repair(weak);
@@ -623,7 +620,9 @@ impl Recoverer {
             epoch,
             force,
         };
+        let t0 = Instant::now();
         let (resp, data) = self.pool.call(src, req, Bytes::new()).await?;
+        let fetch_ms = t0.elapsed().as_millis();
         let PeerResp::Object { present, version } = resp else {
             return Err(Error::invalid(format!(
                 "Node {src} sent a malformed answer for object {oid}"
@@ -664,7 +663,7 @@ impl Recoverer {
         .await?;
         cu.mark_current(oid);
         self.count(|p| p.bytes += written);
-        tracing::debug!(%oid, from = %src, bytes = written, "object recovered");
+        tracing::debug!(%oid, from = %src, bytes = written, fetch_ms, write_ms = t0.elapsed().as_millis() - fetch_ms, "object recovered");
         Ok(())
     }
 
@@ -690,14 +689,14 @@ impl Recoverer {
         }
     }
 
-    /// Whether clients did I/O on this node within the last [`CLIENT_QUIET`].
+    /// Whether clients did I/O on this node within the last [`CLIENT_QUIET`]. (It
+    /// once compared an operation count between calls, which took the first call
+    /// after a quiet spell for activity and slowed the first half second of every
+    /// idle pass to the limit.)
     fn clients_active(&self) -> bool {
-        let ops = self.local.client_ops();
-        let mut seen = self.client_seen.lock().unwrap_or_else(|e| e.into_inner());
-        if ops != seen.0 {
-            *seen = (ops, Instant::now());
-        }
-        seen.1.elapsed() < CLIENT_QUIET
+        self.local
+            .since_client_op()
+            .is_some_and(|d| d < CLIENT_QUIET)
     }
 
     /// Delete copies this node no longer holds once every holder has a current copy
