@@ -3,7 +3,7 @@
 costs the client meanwhile.
 
 1. The disk: fio sequential 1M writes (direct I/O) to a file in the work directory
-   gives this disk's sequential write speed, measured in the same run.
+   gives this disk's sequential write speed, measured in the same run (best of 3).
 2. `drove up --nodes 4 --zones 4`, one VDI with copies=3, filled with fio (1M
    sequential writes, random data) through node 1.
 3. Idle client: SIGKILL node 4 and time recovery until every up node is current at the
@@ -117,11 +117,16 @@ def main():
     ok = False
     try:
         print("disk: sequential write speed", flush=True)
-        seq = fio_json("--name=disk", "--filename=" + os.path.join(a.work, "seq.tmp"), "--rw=write",
-                       "--bs=1M", "--size=1G", "--direct=1", "--ioengine=libaio", "--iodepth=8",
-                       "--end_fsync=1")
-        disk_mbs = seq["write"]["bw_bytes"] / 1e6
-        os.remove(os.path.join(a.work, "seq.tmp"))
+        # The same fio job gives figures 50 % apart from one run to the next here:
+        # the best of three is the disk's speed (the harder figure to reach half of).
+        disk_runs = []
+        for _ in range(3):
+            seq = fio_json("--name=disk", "--filename=" + os.path.join(a.work, "seq.tmp"), "--rw=write",
+                           "--bs=1M", "--size=1G", "--direct=1", "--ioengine=libaio", "--iodepth=8",
+                           "--end_fsync=1")
+            disk_runs.append(seq["write"]["bw_bytes"] / 1e6)
+            os.remove(os.path.join(a.work, "seq.tmp"))
+        disk_mbs = max(disk_runs)
 
         print("starting drove: 4 nodes, 4 zones, copies=3", flush=True)
         sh(DROVE, "up", "--nodes", "4", "--zones", "4", "--dir", cdir, "--detach", "--base-port", "0")
@@ -183,7 +188,7 @@ def main():
         f"Command: `{cmd}`. Machine: {os.cpu_count()} cores, 4 nodes on this host sharing one disk; "
         f"VDI copies=3 filled with {a.size} (fill ran at {fill_mbs:.0f} MB/s); recovery limit {limit} MiB/s per node (0 = none).", "",
         "| measure | value | target |", "|---|---|---|",
-        f"| disk sequential write (fio 1M direct, same run) | {disk_mbs:.0f} MB/s | |",
+        f"| disk sequential write (fio 1M direct, same run, best of {', '.join(f'{r:.0f}' for r in disk_runs)}) | {disk_mbs:.0f} MB/s | |",
         f"| recovery after SIGKILL of node 4, idle client | {idle_mbs:.0f} MB/s ({idle_bytes / 1e6:.0f} MB copied in {busy_s:.1f} s of recovery, {idle_s:.1f} s from the kill, failure detection included) | |",
         f"| recovery / disk speed | {share:.2f} | >= 0.5 {'met' if share >= 0.5 else 'MISSED'} |",
         f"| client 4k randrw 70/30 qd16 IOPS before | {before:.0f} | |",

@@ -153,6 +153,30 @@ impl ObjectStore for FileStore {
         })
     }
 
+    fn replace(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<u64> {
+        check_range(oid, self.object_size, 0, data.len() as u64)?;
+        self.delete(oid)?;
+        // Creating the handle creates the (empty) data file: the object exists
+        // even if `data` is all zeros.
+        let Some(f) = self.handle(oid, true)? else {
+            return Err(Error::io(
+                format!("object {oid}: create"),
+                io::Error::from(io::ErrorKind::NotFound),
+            ));
+        };
+        let direct = if sys::direct_ok(data) {
+            sys::open_direct(&self.layout.data_path(oid))
+                .map_err(|e| Error::io(format!("object {oid}: open for direct writes"), e))?
+        } else {
+            None
+        };
+        let res = f
+            .write_runs(data, direct.as_ref())
+            .and_then(|n| f.set_version(version).map(|()| n));
+        self.dirty.mark(&f);
+        res
+    }
+
     fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()> {
         check_range(oid, self.object_size, offset, len)?;
         if len == 0 {

@@ -61,6 +61,14 @@ pub trait ObjectStore: Send + Sync {
     /// has synced the directory entry.
     fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()>;
 
+    /// Replace object `oid` by `data` (zeros past its end) with version `version`,
+    /// creating it: recovery's bulk copy. All-zero blocks are left as holes, and an
+    /// all-zero `data` still makes the object exist. Returns the bytes stored.
+    /// Unlike [`ObjectStore::create`] it is not atomic and not synced: durable after
+    /// the next `flush`, and a crash before that can leave part of it (recovery then
+    /// copies it again, as its pass was not recorded clean).
+    fn replace(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<u64>;
+
     /// Make `[offset, offset + len)` read as zeros. Whole 4 KiB blocks are punched
     /// out so they take no space. Zeroing a missing object is a no-op.
     fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()>;

@@ -145,6 +145,13 @@ impl ObjectStore for MemStore {
         Ok(())
     }
 
+    fn replace(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<u64> {
+        // In memory, the atomic replace is also the fast one.
+        self.create(oid, data, version)?;
+        let stored = data.chunks(BLOCK).filter(|c| c.iter().any(|&x| x != 0));
+        Ok(stored.map(|c| c.len() as u64).sum())
+    }
+
     fn write_zeroes(&self, oid: ObjectId, offset: u64, len: u64) -> Result<()> {
         check_range(oid, self.object_size, offset, len)?;
         if len == 0 {

@@ -73,6 +73,32 @@ pub(crate) fn start_writeback(file: &File) -> io::Result<()> {
     }
 }
 
+/// Memory and file alignment that direct I/O needs here (4 KiB: the block size, and
+/// at least the logical sector size of any disk drove runs on).
+pub(crate) const DIRECT_ALIGN: usize = 4096;
+
+/// Whether `data` may be written with direct I/O: its address and length are whole
+/// multiples of [`DIRECT_ALIGN`].
+pub(crate) fn direct_ok(data: &[u8]) -> bool {
+    (data.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) && data.len().is_multiple_of(DIRECT_ALIGN)
+}
+
+/// Open the existing file at `path` for direct (O_DIRECT) writes, which go from the
+/// caller's memory to the disk without a copy into the page cache. `None` where the
+/// file system does not support it (tmpfs).
+pub(crate) fn open_direct(path: &std::path::Path) -> io::Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Write `len` zero bytes at `offset`.
 pub(crate) fn write_zeros_at(file: &File, mut offset: u64, mut len: u64) -> io::Result<()> {
     while len > 0 {

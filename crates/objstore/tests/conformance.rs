@@ -247,8 +247,61 @@ fn concurrent_writers_to_one_object_all_land(s: Arc<dyn ObjectStore>) {
     }
 }
 
+/// A whole object with runs of data and of zero blocks, at a page-aligned address
+/// (`FileStore` then writes it with direct I/O) and at an unaligned one.
+fn replace_writes_the_whole_object_and_its_version(s: &dyn ObjectStore) {
+    let v = |generation, epoch| ObjVersion { generation, epoch };
+    let o = oid(11, 0);
+    let mut content = pattern(7, OBJ as usize);
+    for b in [0u64, 1, 5, 6, 7, 1000, 1023] {
+        content[(b * BS) as usize..((b + 1) * BS) as usize].fill(0);
+    }
+    let mut backing = vec![0u8; OBJ as usize + 2 * BS as usize];
+    let at = (BS as usize - backing.as_ptr() as usize % BS as usize) % BS as usize;
+    for (start, version) in [(at, v(1, 2)), (at + 1, v(3, 4))] {
+        s.write(o, 0, &pattern(9, 3 * 4096)).unwrap();
+        s.set_version(o, v(8, 8)).unwrap();
+        let buf = &mut backing[start..start + OBJ as usize];
+        buf.copy_from_slice(&content);
+        let stored = s.replace(o, buf, version).unwrap();
+        assert_eq!(stored, OBJ - 7 * BS, "zero blocks are not stored");
+        assert_eq!(s.version(o).unwrap(), version);
+        assert_eq!(s.read(o, 0, OBJ as u32).unwrap(), content, "start {start}");
+        s.flush(&[]).unwrap();
+        assert_eq!(s.read(o, 0, OBJ as u32).unwrap(), content, "start {start}");
+    }
+    // All zeros: the object still exists, and reads as zeros.
+    s.replace(o, &vec![0u8; OBJ as usize], v(5, 5)).unwrap();
+    assert!(s.exists(o).unwrap());
+    assert_eq!(s.version(o).unwrap(), v(5, 5));
+    assert_eq!(s.read(o, 0, 8192).unwrap(), vec![0u8; 8192]);
+    // A partial write afterwards checks against the checksums replace stored.
+    s.replace(o, &content, v(6, 6)).unwrap();
+    s.write(o, 8 * BS + 100, &[0xEE; 10]).unwrap();
+    let mut want = content[(8 * BS) as usize..(9 * BS) as usize].to_vec();
+    want[100..110].fill(0xEE);
+    assert_eq!(s.read(o, 8 * BS, 4096).unwrap(), want);
+    // Past the object size: refused.
+    assert_eq!(
+        s.replace(o, &vec![1u8; OBJ as usize + 1], v(7, 7))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Invalid
+    );
+    assert_eq!(
+        s.read(o, 8 * BS, 4096).unwrap(),
+        want,
+        "refused, left as it was"
+    );
+}
+
 macro_rules! conformance {
     ($make:expr) => {
+        #[test]
+        fn test_replace_writes_the_whole_object_and_its_version() {
+            let (_guard, s) = $make;
+            super::replace_writes_the_whole_object_and_its_version(&s);
+        }
         #[test]
         fn test_round_trips_at_many_offsets() {
             let (_guard, s) = $make;

@@ -642,9 +642,7 @@ impl Recoverer {
         // A bulk pass (`limited`) flushes once at its end; a single repair now.
         let written = blocking(self.local.store(), move |s| {
             let n = if present {
-                let n = write_sparse(s, oid, &data)?;
-                s.set_version(oid, version)?;
-                n
+                s.replace(oid, &data, version)?
             } else {
                 // Missing there, so missing here: a clone's missing object reads its
                 // parent's data, an all-zero one does not.
@@ -732,36 +730,6 @@ impl Recoverer {
         }
         Ok(left)
     }
-}
-
-/// Write `data` as object `oid`, leaving all-zero 4 KiB blocks unallocated; returns
-/// the bytes stored. The old copy is removed first.
-fn write_sparse(s: &dyn drove_objstore::ObjectStore, oid: ObjectId, data: &[u8]) -> Result<u64> {
-    const B: usize = drove_types::BLOCK_SIZE as usize;
-    s.delete(oid)?;
-    let mut stored = 0u64;
-    let mut i = 0;
-    while i < data.len() {
-        let zero = |k: usize| data[k..(k + B).min(data.len())].iter().all(|&b| b == 0);
-        if zero(i) {
-            i += B;
-            continue;
-        }
-        let start = i;
-        while i < data.len() && !zero(i) {
-            i += B;
-        }
-        let end = i.min(data.len());
-        s.write(oid, start as u64, &data[start..end])?;
-        stored += (end - start) as u64;
-    }
-    if stored == 0 && !data.is_empty() {
-        // All zeros, but the object exists: one zero block makes it exist here too.
-        let n = data.len().min(B);
-        s.write(oid, 0, &data[..n])?;
-        stored = n as u64;
-    }
-    Ok(stored)
 }
 
 /// The copy of an object to recover from, and whether its holder must be asked to
