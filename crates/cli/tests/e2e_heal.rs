@@ -243,6 +243,46 @@ fn test_flipped_byte_is_read_around_and_scrub_repairs_it() {
     assert_eq!(std::fs::read(&file).unwrap()[123_456], 0x5a);
 }
 
+#[test]
+fn test_background_scrub_finds_and_repairs_a_flipped_byte_on_its_own() {
+    if !have("qemu-io") {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("bg", "16M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("bg"),
+        &["write -P 0x3c 0 4M".into(), "flush".into()],
+    );
+    // Node 2 again, scrubbing itself every second; let any recovery its restart
+    // caused finish first, so that only the scrub can repair what comes next.
+    c.kill(1);
+    c.restart_with(1, &["--scrub-every", "1"]);
+    let s = wait_recovered(&c, 0, Duration::from_secs(60));
+    assert_eq!(s["recovery"].as_array().unwrap().len(), 3, "{s}");
+    let store = std::path::Path::new(&c.nodes[1].data).join("store");
+    let file = find_data_file(&store).expect("object file on node 2");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[2_000_000] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    // No read and no `cluster scrub`: the node's own timer finds and repairs it.
+    wait_until(Duration::from_secs(30), "the byte to be repaired", || {
+        std::fs::read(&file)
+            .map(|b| b[2_000_000] == 0x3c)
+            .unwrap_or(false)
+    });
+    let log =
+        std::fs::read_to_string(std::path::Path::new(&c.nodes[1].data).join("node.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("background scrub done") && l.contains("repaired=1")),
+        "no background scrub repaired it:\n{}",
+        &log[log.len().saturating_sub(3000)..]
+    );
+    let r = check(&c, 0, "bg", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+}
+
 /// The data file of the first object under a store directory (not the checksums).
 fn find_data_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     let mut stack = vec![dir.to_path_buf()];

@@ -67,10 +67,15 @@ if [ $bad -eq 0 ]; then echo "DROVE-FINAL OK $last"; else echo "DROVE-FINAL FAIL
 
 /// The counters of the complete `DROVE-TICK n` lines of a console log.
 fn ticks(console: &str) -> Vec<u64> {
+    // The number's digits only: the serial line's echo of `stop` typed at the end
+    // can land right after them ("DROVE-TICK 33stop", seen in CI).
     console
         .lines()
-        .filter_map(|l| l.trim_end().strip_prefix("DROVE-TICK "))
-        .filter_map(|n| n.parse().ok())
+        .filter_map(|l| l.strip_prefix("DROVE-TICK "))
+        .filter_map(|n| {
+            let digits = n.len() - n.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            n[..digits].parse().ok()
+        })
         .collect()
 }
 

@@ -166,6 +166,11 @@ impl Cluster {
 
     /// Start node `i` again on the same data directory and ports.
     pub fn restart(&mut self, i: usize) {
+        self.restart_with(i, &[]);
+    }
+
+    /// [`Cluster::restart`] with more `drove node run` arguments.
+    pub fn restart_with(&mut self, i: usize, extra: &[&str]) {
         let n = self.nodes[i].clone();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -183,6 +188,7 @@ impl Cluster {
                 &n.peer,
             ])
             .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
+            .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
