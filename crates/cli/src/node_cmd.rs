@@ -105,7 +105,7 @@ pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
 /// client I/Os) in the heap for reuse. By default glibc maps each one afresh and
 /// gives the memory back on free, so every object copied paid for its page faults
 /// and zeroing again: idle recovery ran at about 1500 MB/s with that, about 1670
-/// with this (`bench/recovery.py`, five and four runs). Free memory beyond 64 MiB
+/// with this (`bench/recovery.py`, four and five runs). Free memory beyond 64 MiB
 /// at the top of a heap is still returned.
 fn keep_large_buffers() {
     const MIB: libc::c_int = 1 << 20;
