@@ -199,6 +199,9 @@ def main():
     text = "\n".join(lines)
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"recovery-{stamp}.md")
+    if os.path.exists(path):
+        # Two runs ending in the same minute: the second used to overwrite the first.
+        path = os.path.join(a.out, f"recovery-{stamp}{datetime.datetime.now():%S}.md")
     open(path, "w").write(text)
     print(text)
     print(f"written to {path}")
