@@ -37,14 +37,8 @@ fn entry(index: u64, id: RequestId, cmd: Command) -> Entry {
 
 fn node(id: u64) -> NodeInfo {
     NodeInfo {
-        id: NodeId(id),
-        zone: "z".to_string(),
-        weight: 1,
         admin_addr: format!("127.0.0.1:{id}"),
-        peer_addr: String::new(),
-        nbd_addr: String::new(),
-        nbd_socket: String::new(),
-        state: NodeState::Up,
+        ..NodeInfo::new(NodeId(id), "z")
     }
 }
 

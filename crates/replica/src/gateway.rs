@@ -444,25 +444,13 @@ fn read_order(map: &drove_types::ClusterMap, me: NodeId, mut replicas: Vec<NodeI
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drove_types::{ClusterMap, NodeInfo, NodeState};
+    use drove_types::{ClusterMap, NodeInfo};
 
     fn map(zones: &[&str]) -> ClusterMap {
         let mut m = ClusterMap::default();
         for (i, z) in zones.iter().enumerate() {
             let id = NodeId(i as u64 + 1);
-            m.nodes.insert(
-                id,
-                NodeInfo {
-                    id,
-                    zone: z.to_string(),
-                    weight: 1,
-                    admin_addr: String::new(),
-                    peer_addr: String::new(),
-                    nbd_addr: String::new(),
-                    nbd_socket: String::new(),
-                    state: NodeState::Up,
-                },
-            );
+            m.nodes.insert(id, NodeInfo::new(id, *z));
         }
         m
     }

@@ -799,14 +799,8 @@ mod tests {
             .iter()
             .map(|&(id, state)| {
                 let info = drove_types::NodeInfo {
-                    id: NodeId(id),
-                    zone: format!("z{id}"),
-                    weight: 1,
-                    admin_addr: String::new(),
-                    peer_addr: String::new(),
-                    nbd_addr: String::new(),
-                    nbd_socket: String::new(),
                     state,
+                    ..drove_types::NodeInfo::new(NodeId(id), format!("z{id}"))
                 };
                 (NodeId(id), info)
             })

@@ -5,9 +5,7 @@ use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
 use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
-use drove_types::{
-    ClusterMap, Epoch, NodeId, NodeInfo, NodeState, ObjectId, ReplicationMode, VdiId, VdiInfo,
-};
+use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, ObjectId, ReplicationMode, VdiId, VdiInfo};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,14 +29,9 @@ async fn cluster(n: u64) -> Vec<TestNode> {
         nodes.insert(
             NodeId(i),
             NodeInfo {
-                id: NodeId(i),
-                zone: format!("z{i}"),
                 weight: 100,
-                admin_addr: String::new(),
                 peer_addr: addr,
-                nbd_addr: String::new(),
-                nbd_socket: String::new(),
-                state: NodeState::Up,
+                ..NodeInfo::new(NodeId(i), format!("z{i}"))
             },
         );
         listeners.push(l);
@@ -244,14 +237,9 @@ async fn test_routes_file_redirects_peer_connections() {
     map.nodes.insert(
         NodeId(2),
         NodeInfo {
-            id: NodeId(2),
-            zone: "z2".into(),
             weight: 100,
-            admin_addr: String::new(),
             peer_addr: real.clone(),
-            nbd_addr: String::new(),
-            nbd_socket: String::new(),
-            state: NodeState::Up,
+            ..NodeInfo::new(NodeId(2), "z2")
         },
     );
     let timeouts = PeerTimeouts {

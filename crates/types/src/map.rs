@@ -34,6 +34,23 @@ pub struct NodeInfo {
     pub state: NodeState,
 }
 
+impl NodeInfo {
+    /// Node `id` in `zone`: up, weight 1, no addresses. Tests and simulations set
+    /// the fields they need on top (`NodeInfo { weight: 100, ..NodeInfo::new(..) }`).
+    pub fn new(id: NodeId, zone: impl Into<String>) -> NodeInfo {
+        NodeInfo {
+            id,
+            zone: zone.into(),
+            weight: 1,
+            admin_addr: String::new(),
+            peer_addr: String::new(),
+            nbd_addr: String::new(),
+            nbd_socket: String::new(),
+            state: NodeState::Up,
+        }
+    }
+}
+
 /// All nodes, keyed by id, at one epoch.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMap {

@@ -10,16 +10,7 @@ fn state() -> MetaState {
 pub(super) fn state_with(name: &str) -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=3 {
-        let n = NodeInfo {
-            id: NodeId(id),
-            zone: format!("z{id}"),
-            weight: 1,
-            admin_addr: String::new(),
-            peer_addr: String::new(),
-            nbd_addr: String::new(),
-            nbd_socket: String::new(),
-            state: NodeState::Up,
-        };
+        let n = NodeInfo::new(NodeId(id), format!("z{id}"));
         s.apply(&Command::UpsertNode(n), 100).unwrap();
     }
     s.apply(
