@@ -8,8 +8,9 @@ use drove_nbd::{Export, Exports, Extent};
 use drove_replica::{Gateway, Membership, Recoverer};
 use drove_types::{format_size, Error, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::locks::{now_ms, MetaMembership};
 
@@ -130,7 +131,7 @@ impl VdiExports {
 
     /// The open volume of `name`, if a client attached it here.
     pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
-        self.volumes.lock().ok()?.get(name).cloned()
+        self.volumes.lock().get(name).cloned()
     }
 
     /// Bring open volumes up to date with the VDI table: new sizes, snapshots (the
@@ -138,8 +139,9 @@ impl VdiExports {
     /// volumes of deleted or rolled-back VDIs are dropped (their clients' writes then
     /// fail: the lock they would take covers the new id).
     pub fn refresh(&self, state: &drove_meta::MetaState) {
-        if let Ok(mut vols) = self.volumes.lock() {
-            vols.retain(|name, vol| match state.vdis.get(name) {
+        self.volumes
+            .lock()
+            .retain(|name, vol| match state.vdis.get(name) {
                 Some(info) if info.id == vol.info().id || info.parent == Some(vol.info().id) => {
                     if *info != vol.info() {
                         vol.set_info(info.clone(), state.ancestors(info));
@@ -148,7 +150,6 @@ impl VdiExports {
                 }
                 _ => false,
             });
-        }
     }
 
     /// The record of VDI `name` in this node's metadata.
@@ -165,10 +166,7 @@ impl VdiExports {
     /// The volume of `name` that clients here share, opened if none is.
     pub fn volume_or_open(&self, name: &str) -> Result<Arc<Volume>> {
         let (state, info) = self.record(name)?;
-        let mut vols = self
-            .volumes
-            .lock()
-            .map_err(|_| Error::invalid("Volume table poisoned"))?;
+        let mut vols = self.volumes.lock();
         Ok(match vols.get(name) {
             Some(v) if v.info().id == info.id => v.clone(),
             _ => {

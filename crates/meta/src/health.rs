@@ -24,9 +24,10 @@ use crate::state::Command;
 use axum::extract::State;
 use axum::Json;
 use drove_types::{NodeId, NodeState};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a node sends a heartbeat.
@@ -61,7 +62,7 @@ pub(crate) struct Health {
 
 impl Health {
     pub(crate) fn record(&self, hb: Heartbeat) {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock();
         seen.insert(
             hb.node,
             Seen {
@@ -80,21 +81,21 @@ impl Health {
         now: Instant,
     ) -> Vec<(NodeId, NodeState)> {
         let nodes: Vec<(NodeId, NodeState)> = nodes.collect();
-        let mut down_since = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut down_since = self.down_since.lock();
         down_since.retain(|id, _| nodes.contains(&(*id, NodeState::Down)));
         for &(id, state) in &nodes {
             if state == NodeState::Down {
                 down_since.entry(id).or_insert(now);
             }
         }
-        let since = *self.leader_since.lock().unwrap_or_else(|e| e.into_inner());
+        let since = *self.leader_since.lock();
         let Some(since) = since else {
             return Vec::new();
         };
         if now.saturating_duration_since(since) < down_after {
             return Vec::new();
         }
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = self.seen.lock();
         nodes
             .into_iter()
             .filter_map(|(id, state)| {
@@ -114,7 +115,7 @@ impl Health {
     }
 
     fn set_leader(&self, leader: bool) {
-        let mut since = self.leader_since.lock().unwrap_or_else(|e| e.into_inner());
+        let mut since = self.leader_since.lock();
         match (leader, since.is_some()) {
             (true, false) => *since = Some(Instant::now()),
             (false, true) => *since = None,
@@ -234,7 +235,7 @@ mod tests {
         );
         // Leader for long enough, heard from 1 and 3 just now, 2 never: 3 comes back
         // up, 2 goes down.
-        *h.leader_since.lock().unwrap() = Some(t0 - Duration::from_secs(10));
+        *h.leader_since.lock() = Some(t0 - Duration::from_secs(10));
         assert_eq!(
             h.verdicts(nodes.clone().into_iter(), d, Instant::now()),
             ids(&[(2, NodeState::Down), (3, NodeState::Up)])
@@ -264,7 +265,7 @@ mod tests {
         let h = Health::default();
         let d = Duration::from_secs(5);
         h.set_leader(true);
-        *h.leader_since.lock().unwrap() = Some(Instant::now() - Duration::from_secs(10));
+        *h.leader_since.lock() = Some(Instant::now() - Duration::from_secs(10));
         let beat = |n| {
             h.record(Heartbeat {
                 node: NodeId(n),

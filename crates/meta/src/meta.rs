@@ -11,10 +11,11 @@ use crate::state_machine::StateMachine;
 use crate::types::{Raft, RequestId};
 use crate::{MetaConfig, MetaStatus};
 use drove_types::{Error, NodeId, Result};
+use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -157,7 +158,7 @@ impl Meta {
             health: Default::default(),
         });
         let task = tokio::spawn(meta.clone().run_startup());
-        *meta.startup_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        *meta.startup_task.lock() = Some(task);
         Ok(meta)
     }
 
@@ -252,11 +253,7 @@ impl Meta {
     /// Stop Raft and the background work. Further calls fail with `Unavailable`.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let task = self
-            .startup_task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let task = self.startup_task.lock().take();
         if let Some(task) = task {
             task.abort();
         }

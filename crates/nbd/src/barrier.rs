@@ -5,8 +5,9 @@
 //! request (WRITE, WRITE_ZEROES, TRIM) *received* before it on this connection, then
 //! calls the export's flush. Writes received after the FLUSH are not waited for, so a
 //! flush never stalls behind a stream of later writes.
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// Tracks the in-flight writes of one connection by arrival sequence number.
@@ -39,9 +40,9 @@ impl WriteTracker {
         Arc::new(WriteTracker::default())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
         // The state is a counter and a set; a panic elsewhere cannot leave it torn.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Register a write at its arrival (call in arrival order, before spawning it).

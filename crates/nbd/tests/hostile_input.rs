@@ -92,7 +92,7 @@ async fn test_backend_errors_map_to_errno() {
         (ErrorKind::Unavailable, NBD_EIO),
         (ErrorKind::NoSpace, NBD_ENOSPC),
     ] {
-        *fx.exports.get("d").fail_reads.lock().unwrap() = Some(kind);
+        *fx.exports.get("d").fail_reads.lock() = Some(kind);
         c.send(Command::Read, 0, 9, 0, 512, &[]).await.unwrap();
         let r = within(c.recv()).await.unwrap();
         assert_eq!(

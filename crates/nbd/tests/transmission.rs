@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 #[tokio::test]
 async fn test_replies_come_back_out_of_order() {
     let fx = fixture();
-    *fx.exports.get("d").slow_at.lock().unwrap() = Some((0, Duration::from_millis(300)));
+    *fx.exports.get("d").slow_at.lock() = Some((0, Duration::from_millis(300)));
     let (mut c, _h) = fx.go(true, false).await;
     c.send(Command::Read, 0, 1, 0, 4096, &[]).await.unwrap();
     c.send(Command::Read, 0, 2, 4096, 4096, &[]).await.unwrap();
@@ -43,7 +43,7 @@ async fn test_replies_come_back_out_of_order() {
 async fn test_flush_waits_for_writes_received_before_it() {
     let fx = fixture();
     let disk = fx.exports.get("d");
-    *disk.slow_at.lock().unwrap() = Some((0, Duration::from_millis(300)));
+    *disk.slow_at.lock() = Some((0, Duration::from_millis(300)));
     let (mut c, _h) = fx.go(false, false).await;
     c.send(Command::Write, 0, 1, 0, 4096, &[7; 4096])
         .await
@@ -58,7 +58,7 @@ async fn test_flush_waits_for_writes_received_before_it() {
     );
     assert_eq!((a.error(), b.error()), (0, 0));
     assert_eq!(
-        *disk.flushes.lock().unwrap(),
+        *disk.flushes.lock(),
         vec![1],
         "flush ran before the write completed"
     );
@@ -162,7 +162,7 @@ async fn test_export_name_path_with_simple_replies() {
 #[tokio::test]
 async fn test_disc_finishes_in_flight_requests_then_closes() {
     let fx = fixture();
-    *fx.exports.get("d").slow_at.lock().unwrap() = Some((0, Duration::from_millis(200)));
+    *fx.exports.get("d").slow_at.lock() = Some((0, Duration::from_millis(200)));
     let (mut c, h) = fx.go(false, false).await;
     c.send(Command::Write, 0, 1, 0, 8, &[5; 8]).await.unwrap();
     c.send(Command::Disc, 0, 2, 0, 0, &[]).await.unwrap();

@@ -17,9 +17,10 @@
 //! bound until they are released.
 use crate::objfile::ObjFile;
 use drove_types::{ObjectId, Result};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 /// Number of shards.
 const SHARDS: usize = 16;
@@ -56,9 +57,7 @@ impl FdCache {
         // Fibonacci hashing: consecutive objects of a VDI spread over the shards.
         let h = oid.as_u64().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
         let i = (h as usize) % SHARDS;
-        self.shards[i]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shards[i].lock()
     }
 
     /// The handle of `oid`; on a miss, `open` runs under the shard lock and its
@@ -114,10 +113,7 @@ impl FdCache {
     /// Number of open handles.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
-            .sum()
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 }
 

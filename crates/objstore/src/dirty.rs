@@ -12,9 +12,10 @@
 //! out of reach of the fd cache's eviction.
 use crate::objfile::ObjFile;
 use drove_types::{ObjectId, Result};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 /// Objects with writes not yet made durable.
 pub(crate) struct DirtySet {
@@ -30,7 +31,7 @@ impl DirtySet {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<ObjectId, Arc<ObjFile>>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        self.map.lock()
     }
 
     /// Note that `f` was written (after the write reached the page cache).

@@ -15,11 +15,11 @@
 //! durable once its parent directory is fsynced. The parents that gained or lost an
 //! entry are remembered in a dirty set that `flush` drains.
 use drove_types::{Error, ObjectId, Result, VdiId};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// log2 of the number of objects per group directory.
 const GROUP_SHIFT: u32 = 10;
@@ -124,9 +124,7 @@ impl Layout {
     }
 
     fn lock_dirty(&self) -> MutexGuard<'_, BTreeSet<PathBuf>> {
-        self.dirty_dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.dirty_dirs.lock()
     }
 
     /// fsync every directory whose entries changed since its last fsync. A directory

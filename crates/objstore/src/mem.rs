@@ -8,8 +8,8 @@ use crate::{check_range, ObjectStore};
 use drove_types::{
     Error, ErrorKind, ObjVersion, ObjectId, Result, BLOCK_SIZE, DEFAULT_OBJECT_SIZE,
 };
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -51,7 +51,7 @@ impl MemStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<ObjectId, Obj>> {
-        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+        self.objects.lock()
     }
 }
 

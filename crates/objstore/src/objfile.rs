@@ -10,12 +10,12 @@ use crate::layout::Layout;
 use crate::stripes::Stripes;
 use crate::sys;
 use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Mutex, PoisonError};
 
 const BS: u64 = BLOCK_SIZE;
 
@@ -166,7 +166,7 @@ impl ObjFile {
 
     /// The object's version (zero if never set or unreadable).
     pub(crate) fn version(&self) -> Result<ObjVersion> {
-        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cached = self.version.lock();
         self.stored_version(&mut cached)
     }
 
@@ -188,7 +188,7 @@ impl ObjFile {
     /// Record the object's version, durable with the next sync. The comparison and
     /// the write happen under one lock, so concurrent setters cannot interleave.
     pub(crate) fn set_version(&self, v: ObjVersion) -> Result<()> {
-        let mut cached = self.version.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cached = self.version.lock();
         if self.stored_version(&mut cached)? == v {
             return Ok(());
         }
@@ -448,10 +448,7 @@ impl ObjFile {
     /// the caller must treat the replica as failed, not retry and trust a success.
     pub(crate) fn sync(&self) -> Result<()> {
         let target = self.write_seq.load(SeqCst);
-        let mut synced = self
-            .synced_seq
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut synced = self.synced_seq.lock();
         if *synced >= target {
             return Ok(());
         }

@@ -7,7 +7,7 @@
 //! for writes, always in ascending stripe order so two I/Os cannot deadlock.
 //! Writers of different blocks of one object mostly take different stripes and run
 //! in parallel; an I/O of `STRIPES` blocks or more takes them all.
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Number of locks per object.
 pub(crate) const STRIPES: usize = 16;
@@ -37,9 +37,7 @@ impl Stripes {
         let mask = mask(first, last);
         // array::from_fn runs in index order: ascending lock order.
         ReadGuards {
-            _guards: std::array::from_fn(|i| {
-                mask[i].then(|| self.0[i].read().unwrap_or_else(PoisonError::into_inner))
-            }),
+            _guards: std::array::from_fn(|i| mask[i].then(|| self.0[i].read())),
         }
     }
 
@@ -47,9 +45,7 @@ impl Stripes {
     pub(crate) fn write(&self, first: u64, last: u64) -> WriteGuards<'_> {
         let mask = mask(first, last);
         WriteGuards {
-            _guards: std::array::from_fn(|i| {
-                mask[i].then(|| self.0[i].write().unwrap_or_else(PoisonError::into_inner))
-            }),
+            _guards: std::array::from_fn(|i| mask[i].then(|| self.0[i].write())),
         }
     }
 }

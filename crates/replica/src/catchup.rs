@@ -19,11 +19,11 @@
 //! (`DATA/recovery.json`): a node restarted before the epoch moved is current at once.
 use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjectId, Result};
 use futures::future::BoxFuture;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{watch, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
@@ -105,7 +105,7 @@ impl CatchUp {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock()
     }
 
     /// The epoch this node has caught up with.

@@ -9,10 +9,11 @@ use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_proto::{Frame, PeerReq, PeerResp};
 use drove_types::{Error, NodeId, Result};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
@@ -50,24 +51,20 @@ struct Conn {
 
 impl Conn {
     fn take(&self, id: u64) -> Option<Waiter> {
-        self.pending.lock().ok()?.remove(&id)
+        self.pending.lock().remove(&id)
     }
 
     fn kill(&self) {
         self.dead.store(true, Ordering::SeqCst);
-        if let Ok(mut p) = self.pending.lock() {
-            // Dropping the senders wakes every waiter with an error.
-            p.clear();
-        }
+        // Dropping the senders wakes every waiter with an error.
+        self.pending.lock().clear();
     }
 
     /// Kill and close the socket now (a route changed).
     fn close(&self) {
         self.kill();
-        if let Ok(mut t) = self.tasks.lock() {
-            for h in t.drain(..) {
-                h.abort();
-            }
+        for h in self.tasks.lock().drain(..) {
+            h.abort();
         }
     }
 }
@@ -151,19 +148,15 @@ impl PeerPool {
         let Some(path) = &self.routes else {
             return;
         };
-        let Ok(mut seen) = self.routes_seen.lock() else {
-            return;
-        };
+        let mut seen = self.routes_seen.lock();
         let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
         if mtime == *seen {
             return;
         }
         *seen = mtime;
         drop(seen);
-        if let Ok(mut conns) = self.conns.lock() {
-            for (_, c) in conns.drain() {
-                c.close();
-            }
+        for (_, c) in self.conns.lock().drain() {
+            c.close();
         }
     }
 
@@ -209,9 +202,7 @@ impl PeerPool {
         .encode_parts()
         .map_err(|e| Error::invalid(format!("Cannot encode request: {e}")))?;
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = conn.pending.lock() {
-            p.insert(id, tx);
-        }
+        conn.pending.lock().insert(id, tx);
         if conn.tx.send(frame).await.is_err() {
             conn.kill();
             return Err(Error::unavailable(format!(
@@ -259,9 +250,7 @@ impl PeerPool {
             })?;
         let _ = stream.set_nodelay(true);
         let conn = self.spawn_conn(node, stream);
-        if let Ok(mut m) = self.conns.lock() {
-            m.insert(node, conn.clone());
-        }
+        self.conns.lock().insert(node, conn.clone());
         Ok(conn)
     }
 
@@ -285,7 +274,7 @@ impl PeerPool {
     }
 
     fn live(&self, node: NodeId) -> Option<Arc<Conn>> {
-        let m = self.conns.lock().ok()?;
+        let m = self.conns.lock();
         m.get(&node)
             .filter(|c| !c.dead.load(Ordering::SeqCst))
             .cloned()
@@ -320,10 +309,9 @@ impl PeerPool {
             }
             rconn.kill();
         });
-        if let Ok(mut t) = conn.tasks.lock() {
-            t.push(w.abort_handle());
-            t.push(r.abort_handle());
-        }
+        conn.tasks
+            .lock()
+            .extend([w.abort_handle(), r.abort_handle()]);
         conn
     }
 }

@@ -4,8 +4,8 @@
 //! raises the bar even before this node has applied the new lock), so a cut-off old
 //! gateway that still thinks it holds the lock cannot overwrite the new one's data.
 use drove_types::{Error, ErrorKind, Result, VdiId};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// The newest lock generation known per VDI.
 #[derive(Default)]
@@ -14,10 +14,9 @@ pub struct Fence(Mutex<HashMap<VdiId, u64>>);
 impl Fence {
     /// Raise the bar for `vdi` to `generation` (never lowers it).
     pub fn raise(&self, vdi: VdiId, generation: u64) {
-        if let Ok(mut m) = self.0.lock() {
-            let g = m.entry(vdi).or_insert(0);
-            *g = (*g).max(generation);
-        }
+        let mut m = self.0.lock();
+        let g = m.entry(vdi).or_insert(0);
+        *g = (*g).max(generation);
     }
 
     /// Admit a write of `vdi` carrying `generation`, raising the bar to it; refuse
@@ -25,10 +24,7 @@ impl Fence {
     /// VDI's lock now; `StaleEpoch` is kept for cluster-map epochs, which a gateway
     /// answers by retrying on the newer map).
     pub fn admit(&self, vdi: VdiId, generation: u64) -> Result<()> {
-        let mut m = self
-            .0
-            .lock()
-            .map_err(|_| Error::new(ErrorKind::Io, "Fence table poisoned"))?;
+        let mut m = self.0.lock();
         let g = m.entry(vdi).or_insert(0);
         if generation < *g {
             return Err(Error::new(

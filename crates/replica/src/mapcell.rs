@@ -1,7 +1,8 @@
 //! The cluster map as the data path sees it: the latest copy, swapped in whole when
 //! the metadata applies a change. Readers take an `Arc` and never wait on Raft.
 use drove_types::ClusterMap;
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 
 /// A shared, replaceable cluster map.
 #[derive(Default)]
@@ -15,17 +16,11 @@ impl MapCell {
 
     /// The current map.
     pub fn get(&self) -> Arc<ClusterMap> {
-        match self.0.read() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.0.read().clone()
     }
 
     /// Replace the map.
     pub fn set(&self, map: Arc<ClusterMap>) {
-        match self.0.write() {
-            Ok(mut g) => *g = map,
-            Err(poisoned) => *poisoned.into_inner() = map,
-        }
+        *self.0.write() = map;
     }
 }

@@ -19,10 +19,11 @@ use drove_placement::locate;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
 use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result, VdiId, VdiInfo};
 use futures::future::{join_all, BoxFuture};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -223,7 +224,7 @@ impl Recoverer {
 
     /// This node's progress.
     pub fn progress(&self) -> Progress {
-        let p = self.pass.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.pass.lock();
         let end = p.finished.unwrap_or_else(Instant::now);
         let elapsed = end.saturating_duration_since(p.started).as_secs_f64();
         let rate = if elapsed > 0.0 {
@@ -401,9 +402,9 @@ impl Recoverer {
             node = %self.me, %epoch, from = %from, returning, pending = pending.len(), held,
             "recovery: epoch worked out"
         );
-        *self.holders.lock().unwrap_or_else(|e| e.into_inner()) = listed;
+        *self.holders.lock() = listed;
         cu.install(epoch, pending);
-        *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Pass::new(epoch, held as u64);
+        *self.pass.lock() = Pass::new(epoch, held as u64);
     }
 
     /// Recover every pending copy this node holds; true when none is left (then the
@@ -467,16 +468,11 @@ impl Recoverer {
     }
 
     fn count(&self, f: impl FnOnce(&mut Pass)) {
-        f(&mut self.pass.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut self.pass.lock());
     }
 
     fn slot(&self, oid: ObjectId) -> Arc<tokio::sync::Mutex<()>> {
-        self.inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(oid)
-            .or_default()
-            .clone()
+        self.inflight.lock().entry(oid).or_default().clone()
     }
 
     /// Make this node's copy of `oid` current (one copy of an object at a time).
@@ -495,13 +491,7 @@ impl Recoverer {
         };
         let len = vdi.object_size;
         let placed = locate(&view.map, oid, usize::from(vdi.copies));
-        let mut others: Vec<NodeId> = self
-            .holders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&oid)
-            .cloned()
-            .unwrap_or_default();
+        let mut others: Vec<NodeId> = self.holders.lock().get(&oid).cloned().unwrap_or_default();
         others.extend(placed.iter().copied());
         others.retain(|&n| {
             n != self.me && view.map.node(n).is_some_and(|x| x.state == NodeState::Up)

@@ -15,8 +15,8 @@
 //! other nodes ask again.
 use drove_replica::Gateway;
 use drove_types::{ObjectId, Result, VdiId, VdiInfo};
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::Mutex;
 
 /// Copy-ups of one object are serialized by one of these stripes.
 const STRIPES: usize = 64;
@@ -53,31 +53,23 @@ pub(crate) enum Source {
 
 impl Cow {
     fn known(&self, oid: ObjectId, frozen: bool, generation: Option<u64>) -> Option<bool> {
-        if self.present.lock().ok()?.contains(&oid) {
+        if self.present.lock().contains(&oid) {
             return Some(true);
         }
         if frozen {
-            return self
-                .absent_frozen
-                .lock()
-                .ok()?
-                .contains(&oid)
-                .then_some(false);
+            return self.absent_frozen.lock().contains(&oid).then_some(false);
         }
-        let own = self.absent_own.lock().ok()?;
+        let own = self.absent_own.lock();
         (generation == Some(own.0) && own.1.contains(&oid)).then_some(false)
     }
 
     fn learn(&self, oid: ObjectId, exists: bool, frozen: bool, generation: Option<u64>) {
         if exists {
-            if let Ok(mut p) = self.present.lock() {
-                p.insert(oid);
-            }
+            self.present.lock().insert(oid);
         } else if frozen {
-            if let Ok(mut a) = self.absent_frozen.lock() {
-                a.insert(oid);
-            }
-        } else if let (Some(g), Ok(mut own)) = (generation, self.absent_own.lock()) {
+            self.absent_frozen.lock().insert(oid);
+        } else if let Some(g) = generation {
+            let mut own = self.absent_own.lock();
             if own.0 != g {
                 *own = (g, HashSet::new());
             }
@@ -87,27 +79,18 @@ impl Cow {
 
     /// The object was created (copied up) under its own id.
     pub(crate) fn created(&self, oid: ObjectId) {
-        if let Ok(mut p) = self.present.lock() {
-            p.insert(oid);
-        }
-        if let Ok(mut own) = self.absent_own.lock() {
-            own.1.remove(&oid);
-        }
+        self.present.lock().insert(oid);
+        self.absent_own.lock().1.remove(&oid);
     }
 
     /// The volume's id became a frozen parent (a snapshot): what was known missing of
     /// it under the lock stays true for ever.
     pub(crate) fn froze(&self, id: VdiId) {
-        let moved: Vec<ObjectId> = match self.absent_own.lock() {
-            Ok(mut own) => std::mem::take(&mut own.1)
-                .into_iter()
-                .filter(|o| o.vdi == id)
-                .collect(),
-            Err(_) => return,
-        };
-        if let Ok(mut a) = self.absent_frozen.lock() {
-            a.extend(moved);
-        }
+        let moved: Vec<ObjectId> = std::mem::take(&mut self.absent_own.lock().1)
+            .into_iter()
+            .filter(|o| o.vdi == id)
+            .collect();
+        self.absent_frozen.lock().extend(moved);
     }
 
     /// Whether object `index` of `vdi` exists, from the cache or the replicas.

@@ -12,7 +12,7 @@
 //! client detaches (so it cannot take the lock back from under the new holder).
 use async_trait::async_trait;
 use drove_types::{Error, ErrorKind, Result, VdiId, VdiInfo};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{RwLock, RwLockReadGuard};
 
@@ -71,19 +71,15 @@ pub struct WriteLock {
 
 impl WriteLock {
     fn snapshot(&self) -> Held {
-        match self.held.lock() {
-            Ok(h) => Held {
-                retired: h.retired.clone(),
-                ..*h
-            },
-            Err(_) => Held::default(),
+        let h = self.held.lock();
+        Held {
+            retired: h.retired.clone(),
+            ..*h
         }
     }
 
     fn update(&self, f: impl FnOnce(&mut Held)) {
-        if let Ok(mut h) = self.held.lock() {
-            f(&mut h);
-        }
+        f(&mut self.held.lock());
     }
 
     fn usable(h: &Held) -> Result<Option<u64>> {

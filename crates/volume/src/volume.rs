@@ -5,9 +5,10 @@ use bytes::{Bytes, BytesMut};
 use drove_replica::Gateway;
 use drove_types::{Error, ErrorKind, ObjectId, Result, VdiInfo};
 use futures::future::try_join_all;
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use crate::cow::{Cow, Source};
 use crate::lock::{LockService, WriteLock};
@@ -132,18 +133,12 @@ impl Volume {
 
     /// The VDI record as last seen.
     pub fn info(&self) -> VdiInfo {
-        match self.view.read() {
-            Ok(g) => g.0.clone(),
-            Err(p) => p.into_inner().0.clone(),
-        }
+        self.view.read().0.clone()
     }
 
     /// The record and the parents, as one consistent view.
     fn view(&self) -> (VdiInfo, Vec<VdiInfo>) {
-        match self.view.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.view.read().clone()
     }
 
     /// Take a newer record: a resize, or a snapshot that froze this volume's id as
@@ -157,10 +152,7 @@ impl Volume {
                 self.lock.set_vdi(info.id);
             }
         }
-        match self.view.write() {
-            Ok(mut g) => *g = (info, parents),
-            Err(p) => *p.into_inner() = (info, parents),
-        }
+        *self.view.write() = (info, parents);
     }
 
     /// Take a snapshot between two writes: new writes wait, those in flight finish,
@@ -467,27 +459,24 @@ impl Volume {
         if fua {
             return;
         }
-        if let Ok(mut d) = self.dirty.lock() {
-            d.extend(ex.iter().map(|e| ObjectId::new(info.id, e.index)));
-        }
+        self.dirty
+            .lock()
+            .extend(ex.iter().map(|e| ObjectId::new(info.id, e.index)));
     }
 
     /// Make every acknowledged write durable on every replica.
     pub async fn flush(&self) -> Result<()> {
         let info = self.info();
-        let oids: Vec<ObjectId> = match self.dirty.lock() {
-            Ok(mut d) => std::mem::take(&mut *d).into_iter().collect(),
-            Err(_) => return Err(Error::invalid("Dirty set poisoned")),
-        };
+        let oids: Vec<ObjectId> = std::mem::take(&mut *self.dirty.lock())
+            .into_iter()
+            .collect();
         if oids.is_empty() {
             return Ok(());
         }
         let res = self.gateway.flush(&info, &oids).await;
         if res.is_err() {
             // Not durable: keep them for the next flush.
-            if let Ok(mut d) = self.dirty.lock() {
-                d.extend(oids);
-            }
+            self.dirty.lock().extend(oids);
         }
         res
     }
@@ -523,3 +512,7 @@ impl Volume {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+#[path = "volume_tests.rs"]
+mod tests;

@@ -11,11 +11,12 @@ use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_nbd::{Export, Exports, Extent, Server};
 use drove_types::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Allocation granularity of [`MemExport`].
@@ -36,8 +37,8 @@ pub struct MemExport {
     pub multi_conn: bool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl MemExport {
