@@ -41,6 +41,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 .leader
                 .map(|l| l.to_string())
                 .unwrap_or_else(|| "none".into());
+            println!("cluster {}", s.cluster_id);
             println!(
                 "epoch {}  leader {}  term {}  voters {:?}  learners {:?}  VDIs {}  default copies {}",
                 s.map.epoch,

@@ -99,6 +99,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
     let st = a.meta.status();
     let state = a.meta.state();
     Ok(Json(api::Status {
+        cluster_id: a.meta.cluster_id(),
         node_id: a.meta.node_id(),
         leader: st.leader,
         term: st.term,

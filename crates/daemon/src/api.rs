@@ -78,6 +78,8 @@ pub struct ApiError {
 /// `GET /api/status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
+    /// The cluster's identity (made when its first node bootstrapped).
+    pub cluster_id: drove_types::ClusterId,
     /// The node answering.
     pub node_id: NodeId,
     /// Metadata leader, if known.

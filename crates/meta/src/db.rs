@@ -30,6 +30,9 @@ pub(crate) mod keys {
     pub const SNAPSHOT_DATA: &str = "snapshot_data";
     /// This node's Raft id, fixed at first start.
     pub const NODE_ID: &str = "node_id";
+    /// The cluster this node belongs to, fixed at first start (stored before the
+    /// node id, so a directory with a node id always has it).
+    pub const CLUSTER_ID: &str = "cluster_id";
 }
 
 /// Why a local metadata read or write failed.

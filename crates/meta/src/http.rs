@@ -3,11 +3,14 @@
 //! and internal calls under `/meta/` (answered only by the leader; see
 //! [`crate::remote`]). Bodies are JSON.
 use crate::meta::Meta;
-use crate::remote::{JoinRequest, Role, Wire, Written};
+use crate::remote::{Hello, JoinRequest, Role, Wire, Written, CLUSTER_HEADER};
 use crate::types::{Request, TypeConfig};
 use crate::write::SERVE_TIMEOUT;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::post;
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{
@@ -20,7 +23,7 @@ use std::sync::Arc;
 const BODY_LIMIT: usize = 64 << 20;
 
 pub(crate) fn router(meta: Arc<Meta>) -> Router {
-    Router::new()
+    let internal = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
@@ -29,7 +32,48 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/meta/remove", post(remove))
         .route("/meta/heartbeat", post(crate::health::receive))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .route_layer(middleware::from_fn_with_state(meta.clone(), same_cluster));
+    Router::new()
+        .route("/meta/hello", get(hello))
+        .merge(internal)
         .with_state(meta)
+}
+
+async fn hello(State(meta): State<Arc<Meta>>) -> Json<Hello> {
+    Json(Hello {
+        cluster: meta.cluster,
+        node: meta.id,
+    })
+}
+
+/// Refuse an internal call that does not name this node's cluster: a node left
+/// running from another cluster (whose ports were reused) must not vote, append,
+/// write metadata or send heartbeats here.
+async fn same_cluster(State(meta): State<Arc<Meta>>, req: HttpRequest, next: Next) -> Response {
+    let sent = req
+        .headers()
+        .get(CLUSTER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let theirs = sent.as_deref().and_then(drove_types::ClusterId::from_hex);
+    if theirs == Some(meta.cluster) {
+        return next.run(req).await;
+    }
+    let path = req.uri().path().to_string();
+    let named = sent.unwrap_or_else(|| "none".to_string());
+    tracing::warn!(%path, cluster = %named, "refused an internal call from another cluster");
+    let msg = format!(
+        "Refused: the call names cluster {named}, this node belongs to cluster {}",
+        meta.cluster
+    );
+    (
+        StatusCode::FORBIDDEN,
+        Json(Wire::<()>::Err {
+            kind: drove_types::ErrorKind::Invalid,
+            msg,
+        }),
+    )
+        .into_response()
 }
 
 async fn append(

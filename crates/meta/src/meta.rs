@@ -5,12 +5,12 @@
 use crate::db::{keys, Db, DbError};
 use crate::log_store::LogStore;
 use crate::network::Network;
-use crate::startup::{allocate_node_id, Progress};
+use crate::startup::{allocate_node_id, ask_cluster_id, Progress};
 use crate::state::MetaState;
 use crate::state_machine::StateMachine;
 use crate::types::{Raft, RequestId};
 use crate::{MetaConfig, MetaStatus};
-use drove_types::{Error, NodeId, Result};
+use drove_types::{ClusterId, Error, NodeId, Result};
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::path::Path;
@@ -33,6 +33,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The metadata service of one node.
 pub struct Meta {
     pub(crate) id: u64,
+    /// The cluster this node belongs to; messages from any other are refused.
+    pub(crate) cluster: ClusterId,
     pub(crate) cfg: MetaConfig,
     pub(crate) raft: Raft,
     state_rx: watch::Receiver<Arc<MetaState>>,
@@ -78,6 +80,62 @@ async fn open_db(path: &Path) -> Result<Db> {
     }
 }
 
+/// The HTTP client of internal calls, naming `cluster` in a header on every request.
+fn http_client(cluster: Option<ClusterId>) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(id) = cluster {
+        let value = reqwest::header::HeaderValue::from_str(&id.to_hex())
+            .map_err(|e| Error::invalid(format!("Bad cluster id header: {e}")))?;
+        headers.insert(crate::remote::CLUSTER_HEADER, value);
+    }
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .default_headers(headers)
+        .build()
+        .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))
+}
+
+/// The cluster id of this data directory: the stored one; else a new one for a node
+/// that bootstraps a cluster, or the cluster's at `join` for a node that joins one.
+/// Stored before anything else, so a node restarted half-way keeps its cluster.
+async fn cluster_id(
+    db: &Db,
+    client: &reqwest::Client,
+    has_node_id: bool,
+    join: Option<&str>,
+) -> Result<ClusterId> {
+    let stored: Option<ClusterId> = db
+        .get(keys::CLUSTER_ID)
+        .map_err(|e| db_error("Cannot read the cluster id", e))?;
+    let id = match (stored, join) {
+        (Some(id), _) => return Ok(id),
+        (None, _) if has_node_id => {
+            return Err(Error::invalid(
+                "This data directory was made by a drove version without cluster ids; \
+                 recreate the cluster (drove is not released yet: there is no upgrade path)",
+            ))
+        }
+        (None, None) => {
+            let mut bytes = [0u8; 16];
+            getrandom::fill(&mut bytes).map_err(|e| {
+                Error::unavailable(format!("No random bytes for a cluster id: {e}"))
+            })?;
+            let id = ClusterId(u128::from_be_bytes(bytes));
+            tracing::info!(cluster = %id, "new cluster id");
+            id
+        }
+        (None, Some(join)) => {
+            let id = ask_cluster_id(client, join, Instant::now() + JOIN_ID_WAIT).await?;
+            tracing::info!(cluster = %id, join, "joining cluster");
+            id
+        }
+    };
+    db.put(keys::CLUSTER_ID, &id)
+        .await
+        .map_err(|e| db_error("Cannot store the cluster id", e))?;
+    Ok(id)
+}
+
 fn raft_config() -> Result<Arc<openraft::Config>> {
     let config = openraft::Config {
         cluster_name: "drove-meta".to_string(),
@@ -108,14 +166,14 @@ impl Meta {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
+        let client = http_client(None)?;
         let client_id = random_u64();
         let stored: Option<u64> = db
             .get(keys::NODE_ID)
             .map_err(|e| db_error("Cannot read the node id", e))?;
+        let cluster = cluster_id(&db, &client, stored.is_some(), cfg.join.as_deref()).await?;
+        // Every internal call from here on names the cluster; receivers refuse others.
+        let client = http_client(Some(cluster))?;
         let id = match (stored, &cfg.join) {
             (Some(id), _) => id,
             (None, None) => 1,
@@ -145,6 +203,7 @@ impl Meta {
         let (progress, _) = watch::channel(Progress::Pending("starting".to_string()));
         let meta = Arc::new(Meta {
             id,
+            cluster,
             cfg,
             raft,
             state_rx,
@@ -191,6 +250,11 @@ impl Meta {
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         NodeId(self.id)
+    }
+
+    /// The cluster this node belongs to.
+    pub fn cluster_id(&self) -> ClusterId {
+        self.cluster
     }
 
     /// The HTTP routes of the metadata service, under `/raft/` (Raft RPCs) and

@@ -44,6 +44,19 @@ pub(crate) struct Written {
     pub index: u64,
 }
 
+/// What `GET /meta/hello` answers: who this is. The one internal route that needs no
+/// cluster id, since a joining node asks it to learn the id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Hello {
+    /// The cluster the node belongs to.
+    pub cluster: drove_types::ClusterId,
+    /// The node's id.
+    pub node: u64,
+}
+
+/// The HTTP header that carries the sender's cluster id on every internal call.
+pub(crate) const CLUSTER_HEADER: &str = "x-drove-cluster";
+
 /// A node asking to become a member (learner, then voter while there is room).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct JoinRequest {
@@ -121,6 +134,13 @@ where
             }
         }
     };
+    if resp.status() == reqwest::StatusCode::FORBIDDEN {
+        // Refused for good (another cluster): the body says why.
+        return match resp.json::<Wire<T>>().await {
+            Ok(w) => w.into(),
+            Err(_) => Attempt::Fail(Error::invalid(format!("{url} refused the call"))),
+        };
+    }
     if !resp.status().is_success() {
         return Attempt::Retry {
             hint: None,

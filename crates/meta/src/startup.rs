@@ -8,7 +8,7 @@ use crate::meta::{unix_now, Meta};
 use crate::remote::{post, retry, Attempt, JoinRequest, Role, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Request, RequestId};
-use drove_types::{Error, NodeId, NodeInfo, Result};
+use drove_types::{ClusterId, Error, NodeId, NodeInfo, Result};
 use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
 use std::collections::BTreeMap;
@@ -34,6 +34,49 @@ const JOIN_CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Largest pause between startup attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Ask the member at `join` which cluster it belongs to (`GET /meta/hello`), retrying
+/// until `deadline` while it does not answer.
+pub(crate) async fn ask_cluster_id(
+    client: &reqwest::Client,
+    join: &str,
+    deadline: Instant,
+) -> Result<ClusterId> {
+    let url = format!("http://{join}/meta/hello");
+    let what = format!("Cannot learn the cluster id from {join}");
+    retry(deadline, &what, |_| {
+        let url = &url;
+        async move {
+            let resp = match client
+                .get(url)
+                .timeout(crate::write::FORWARD_TIMEOUT)
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => r,
+                Ok(r) => {
+                    return Attempt::Retry {
+                        hint: None,
+                        why: format!("{url} answered HTTP {}", r.status()),
+                    }
+                }
+                Err(e) => {
+                    return Attempt::Retry {
+                        hint: None,
+                        why: format!("{url}: {e}"),
+                    }
+                }
+            };
+            match resp.json::<crate::remote::Hello>().await {
+                Ok(h) => Attempt::Done(h.cluster),
+                Err(e) => Attempt::Fail(Error::invalid(format!(
+                    "{url} is not a drove node (bad answer: {e})"
+                ))),
+            }
+        }
+    })
+    .await
+}
 
 /// Ask the cluster at `join` (any member; it points us to the leader) for a node id.
 pub(crate) async fn allocate_node_id(

@@ -35,6 +35,48 @@ pub struct ObjVersion {
     pub epoch: u64,
 }
 
+/// The identity of one cluster, made at random when its first node bootstraps (like
+/// Ceph's fsid). Every node-to-node message carries it, so a node left running from
+/// another cluster (a deleted one whose ports were reused) is refused, not obeyed.
+/// Not a secret: it names a cluster, it does not authenticate anyone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId(pub u128);
+
+impl ClusterId {
+    /// The text form: 32 lower-case hex digits.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parse the text form (32 hex digits, any case).
+    pub fn from_hex(s: &str) -> Option<ClusterId> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(ClusterId)
+    }
+}
+
+impl fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl Serialize for ClusterId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ClusterId::from_hex(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("bad cluster id '{s}'")))
+    }
+}
+
 /// One object of a VDI: bytes `[index * object_size, (index + 1) * object_size)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectId {
@@ -97,6 +139,25 @@ impl fmt::Display for ObjectId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_cluster_id_text_round_trips_and_junk_is_refused() {
+        let id = ClusterId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        assert_eq!(id.to_hex(), "0123456789abcdeffedcba9876543210");
+        assert_eq!(ClusterId::from_hex(&id.to_hex()), Some(id));
+        assert_eq!(
+            ClusterId::from_hex("0123456789ABCDEFFEDCBA9876543210"),
+            Some(id)
+        );
+        for bad in [
+            "",
+            "12",
+            "+123456789abcdeffedcba987654321",
+            "0123456789abcdeffedcba98765432100",
+        ] {
+            assert_eq!(ClusterId::from_hex(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn test_object_id_round_trips_through_u64() {

@@ -12,7 +12,7 @@ mod size;
 mod vdi;
 
 pub use error::{Error, ErrorKind, Result};
-pub use ids::{Epoch, NodeId, ObjVersion, ObjectId, VdiId};
+pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
 pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use size::{format_size, parse_size};
 pub use vdi::{validate_name, ReplicationMode, VdiInfo, DEFAULT_OBJECT_SIZE, MAX_COPIES};

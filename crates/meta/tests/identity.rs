@@ -1,0 +1,71 @@
+//! Cluster identity: every internal call names its cluster, and a node refuses calls
+//! from any other (a node left running from a deleted cluster whose ports a new
+//! cluster reused once marked healthy nodes down and broke writes).
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+async fn post(addr: &str, path: &str, cluster: Option<&str>, body: &str) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .timeout(Duration::from_secs(5))
+        .body(body.to_string());
+    if let Some(c) = cluster {
+        req = req.header("x-drove-cluster", c);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_calls_from_another_cluster_are_refused_and_change_nothing() {
+    init_tracing();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(da.path(), None).await;
+    let b = start(db.path(), None).await;
+    a.meta.ready(READY).await.unwrap();
+    b.meta.ready(READY).await.unwrap();
+    let (ida, idb) = (a.meta.cluster_id(), b.meta.cluster_id());
+    assert_ne!(ida, idb, "two bootstraps, two clusters");
+
+    // A joining node learns the id without naming one.
+    let hello: serde_json::Value = reqwest::get(format!("http://{}/meta/hello", a.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(hello["cluster"], ida.to_hex());
+
+    // The vote that once poisoned a cluster's term for good, sent by "node 1" of
+    // cluster B, and the same with no cluster named: refused, term unchanged.
+    let term = a.meta.status().term;
+    let vote = r#"{"vote":{"leader_id":{"term":18446744073709551615,"node_id":2},"committed":false},"last_log_id":null}"#;
+    for cluster in [Some(idb.to_hex()), None, Some("junk".to_string())] {
+        let (status, body) = post(&a.addr, "/raft/vote", cluster.as_deref(), vote).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains(&ida.to_hex()), "{body}");
+    }
+    let hb = r#"{"node":1,"healthy":false}"#;
+    let (status, _) = post(&a.addr, "/meta/heartbeat", Some(&idb.to_hex()), hb).await;
+    assert_eq!(status, 403);
+    let (status, _) = post(&a.addr, "/meta/write", None, "{}").await;
+    assert_eq!(status, 403);
+    assert_eq!(a.meta.status().term, term);
+    assert_eq!(a.meta.status().leader, Some(drove_types::NodeId(1)));
+
+    // A node joining A takes A's id, and keeps it across a restart.
+    let dc = tempfile::tempdir().unwrap();
+    let c = start(dc.path(), Some(a.addr.clone())).await;
+    c.meta.ready(READY).await.unwrap();
+    assert_eq!(c.meta.cluster_id(), ida);
+    let (addr, dir, join) = c.stop().await;
+    let c = restart(&addr, &dir, join).await;
+    c.meta.ready(READY).await.unwrap();
+    assert_eq!(c.meta.cluster_id(), ida);
+    c.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
