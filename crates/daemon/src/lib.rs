@@ -11,6 +11,7 @@
 mod admin;
 pub mod api;
 mod config;
+mod datadir;
 mod exports;
 mod lineage;
 mod locks;

@@ -35,8 +35,8 @@ fn local(l: &TcpListener) -> Result<String> {
 
 /// Run a node until `shutdown` resolves.
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
-    std::fs::create_dir_all(&cfg.data)
-        .map_err(|e| Error::io(format!("Cannot create {}", cfg.data.display()), e))?;
+    // First of all: nothing in the directory is touched unless this node owns it.
+    let _dir_lock = crate::datadir::DirLock::acquire(&cfg.data)?;
     let admin_l = bind(cfg.listen, "the admin API").await?;
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
