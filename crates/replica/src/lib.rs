@@ -20,6 +20,7 @@ mod mapcell;
 mod ranges;
 pub mod recovery;
 mod server;
+mod throttle;
 mod writer;
 
 pub use check::{CheckReport, Mismatch, ReplicaView, ScrubReport};

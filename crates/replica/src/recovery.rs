@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use crate::catchup::Repair;
 use crate::local::{blocking, LocalStore};
+use crate::throttle::TokenBucket;
 use crate::PeerPool;
 
 /// How long listing and digest requests wait for a node.
@@ -142,8 +143,11 @@ pub struct Recoverer {
     inflight: Mutex<HashMap<ObjectId, Arc<tokio::sync::Mutex<()>>>>,
     pass: Mutex<Pass>,
     limit_mib_s: AtomicU32,
-    bucket: tokio::sync::Mutex<Instant>,
+    bucket: Mutex<TokenBucket>,
 }
+
+/// Unused recovery budget saved up while clients are busy elsewhere.
+const BURST: Duration = Duration::from_secs(1);
 
 /// Objects recovered at once by one node.
 const PARALLEL: usize = 4;
@@ -164,7 +168,7 @@ impl Recoverer {
             inflight: Mutex::new(HashMap::new()),
             pass: Mutex::new(Pass::new(Epoch(0), 0)),
             limit_mib_s: AtomicU32::new(0),
-            bucket: tokio::sync::Mutex::new(Instant::now()),
+            bucket: Mutex::new(TokenBucket::new(Instant::now(), BURST)),
         });
         let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
         local.set_repair(weak);
@@ -664,14 +668,7 @@ impl Recoverer {
             return;
         }
         let cost = Duration::from_secs_f64(bytes as f64 / limit as f64);
-        let wait = {
-            let mut next = self.bucket.lock().await;
-            let now = Instant::now();
-            // At most one second of unused budget is carried over.
-            let start = (*next).max(now - Duration::from_secs(1).min(now.elapsed()));
-            *next = start.max(now - Duration::from_secs(1)) + cost;
-            next.saturating_duration_since(now)
-        };
+        let wait = self.bucket.lock().take(Instant::now(), cost);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
