@@ -48,10 +48,14 @@ impl From<Error> for ApiErr {
 impl IntoResponse for ApiErr {
     fn into_response(self) -> Response {
         let status = match self.0.kind() {
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::AlreadyExists | ErrorKind::Locked => StatusCode::CONFLICT,
+            ErrorKind::NotFound | ErrorKind::Gone => StatusCode::NOT_FOUND,
+            ErrorKind::AlreadyExists | ErrorKind::Locked | ErrorKind::Fenced => {
+                StatusCode::CONFLICT
+            }
             ErrorKind::Invalid => StatusCode::BAD_REQUEST,
-            ErrorKind::Unavailable | ErrorKind::StaleEpoch => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Unavailable | ErrorKind::StaleEpoch | ErrorKind::Recovering => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

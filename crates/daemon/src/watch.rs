@@ -2,7 +2,7 @@
 //! new cluster map, updates open volumes (resize) and deletes the local objects of
 //! VDIs that were deleted. The data path itself never waits on Raft.
 use drove_meta::{Meta, MetaState};
-use drove_replica::{LocalStore, MapCell, Recoverer, View};
+use drove_replica::{Catalog, LocalStore, MapCell, Recoverer, View};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -24,20 +24,16 @@ pub async fn follow(
     let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
-        map.set(Arc::new(state.map.clone()));
+        let current = Arc::new(state.map.clone());
+        map.set(current.clone());
+        // Before recovery sees the new epoch: requests admitted at an epoch are then
+        // judged on a catalog at least that new.
+        local.catalog().publish(catalog_of(&state, current));
         if history.len() != state.epoch_history.len() {
             history = Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect());
         }
         recoverer.update(view_of(&state, &history), state.settings.recovery_mib_s);
         exports.refresh(&state);
-        // Every generation the cluster handed out fences older writers here.
-        for (vdi, g) in &state.lock_generations {
-            local.fence().raise(*vdi, *g);
-        }
-        // A snapshot is frozen: no generation may write it any more.
-        for v in state.vdis.values().filter(|v| v.snapshot) {
-            local.fence().raise(v.id, u64::MAX);
-        }
         hand_over(&state, me, &exports, &mut handed);
         collect_garbage(&state, local.store()).await;
         if rx.changed().await.is_err() {
@@ -99,6 +95,22 @@ async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::Obje
         Ok(0) => {}
         Ok(n) => tracing::info!("deleted {n} objects of deleted VDIs"),
         Err(e) => tracing::warn!("cannot delete objects of deleted VDIs: {e}"),
+    }
+}
+
+/// What the peer side checks requests against: the VDIs, the generations handed
+/// out (every one fences older writers here; a snapshot is frozen, so no generation
+/// may write it) and the map.
+fn catalog_of(state: &MetaState, map: Arc<drove_types::ClusterMap>) -> Catalog {
+    let mut generations = state.lock_generations.clone();
+    for v in state.vdis.values().filter(|v| v.snapshot) {
+        generations.insert(v.id, u64::MAX);
+    }
+    Catalog {
+        map,
+        vdis: state.vdis.values().map(|v| (v.id, v.clone())).collect(),
+        next_vdi_id: state.next_vdi_id,
+        generations,
     }
 }
 

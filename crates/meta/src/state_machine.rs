@@ -84,7 +84,7 @@ impl StateMachine {
         {
             if *judged != term {
                 return Err((
-                    drove_types::ErrorKind::StaleEpoch,
+                    drove_types::ErrorKind::Invalid,
                     format!(
                         "The verdict on node {id} was judged by the leader of term \
                          {judged}; the leader is now of term {term}"

@@ -377,7 +377,7 @@ mod tests {
         #[test]
         fn test_any_request_round_trips(id in any::<u64>(), off in any::<u64>(), len in any::<u32>(),
                                         payload in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let f = Frame { id, header: PeerReq::Read { oid: ObjectId::from_u64(off ^ id), offset: off, len },
+            let f = Frame { id, header: PeerReq::Read { oid: ObjectId::from_u64(off ^ id), offset: off, len, epoch: Epoch(id) },
                             payload: Bytes::from(payload) };
             let mut buf = BytesMut::from(&f.encode().unwrap()[..]);
             prop_assert_eq!(Frame::<PeerReq>::decode(&mut buf).unwrap().unwrap(), f);

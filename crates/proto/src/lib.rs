@@ -8,4 +8,4 @@ pub mod frame;
 mod msg;
 
 pub use frame::{Encoded, Frame, FrameError, MAX_FRAME};
-pub use msg::{ObjDigest, PeerReq, PeerResp, WireError};
+pub use msg::{ObjDigest, PeerReq, PeerResp, WireError, MAX_OIDS};

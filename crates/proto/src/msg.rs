@@ -3,11 +3,24 @@
 use drove_types::{Epoch, ErrorKind, NodeId, ObjVersion, ObjectId};
 use serde::{Deserialize, Serialize};
 
+/// Most objects one request may name (a FLUSH of more is sent in parts).
+pub const MAX_OIDS: usize = 1 << 16;
+
 /// A request from a gateway (or a primary forwarding) to a peer's object store.
+///
+/// Every request carries the epoch of the sender's cluster map. A replica refuses a
+/// client request (read, write, exists, flush) from an older epoch with
+/// `StaleEpoch` (the sender waits for the newer map and asks the replicas of that
+/// one: a node that no longer holds an object must not answer for it), and holds one
+/// from a newer epoch until it has caught up itself. Recovery's requests may come
+/// from older epochs (they reason about them); `List` and `Ping` never wait.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerReq {
     /// Liveness and round-trip probe.
-    Ping,
+    Ping {
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
+    },
     /// Read `len` bytes of `oid` at `offset`; the answer is [`PeerResp::Data`].
     Read {
         /// Object.
@@ -16,6 +29,8 @@ pub enum PeerReq {
         offset: u64,
         /// Length.
         len: u32,
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
     },
     /// Write the frame's payload into `oid` at `offset`; with `fua`, make it durable
     /// before answering. `forward` lists nodes the receiver must pass the same write to
@@ -51,22 +66,30 @@ pub enum PeerReq {
         /// Nodes to forward to (primary-copy).
         forward: Vec<NodeId>,
     },
-    /// fsync these objects (all dirty objects if empty).
+    /// fsync these objects (at most [`MAX_OIDS`]; all dirty objects if empty).
     Flush {
         /// Objects to make durable.
         oids: Vec<ObjectId>,
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
     },
-    /// Which of these objects exist on the receiver; the answer is [`PeerResp::Exists`].
+    /// Which of these objects (at most [`MAX_OIDS`]) exist on the receiver; the
+    /// answer is [`PeerResp::Exists`].
     Exists {
         /// Objects to look up.
         oids: Vec<ObjectId>,
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
     },
     /// Every object the receiver stores; the answer is [`PeerResp::List`].
-    List,
+    List {
+        /// Epoch of the sender's cluster map.
+        epoch: Epoch,
+    },
     /// A digest of each object's content and whether the receiver's copy is current;
     /// the answer is [`PeerResp::Digests`]. `epoch` as for [`PeerReq::Fetch`].
     Digest {
-        /// Objects to digest.
+        /// Objects to digest (at most [`MAX_OIDS`]).
         oids: Vec<ObjectId>,
         /// Their size.
         len: u32,
@@ -76,7 +99,7 @@ pub enum PeerReq {
     /// The whole object (`len` bytes from 0), for recovery. The receiver first waits
     /// until it knows `epoch` and every write it admitted before is applied, so the
     /// copy holds every write acknowledged under earlier epochs. A copy the receiver
-    /// does not know to be current is refused with `StaleEpoch` unless `force`.
+    /// does not know to be current is refused with `Recovering` unless `force`.
     Fetch {
         /// Object.
         oid: ObjectId,
@@ -132,16 +155,33 @@ pub struct ObjDigest {
 }
 
 impl PeerReq {
+    /// The epoch of the sender's map.
+    pub fn epoch(&self) -> Epoch {
+        match self {
+            PeerReq::Ping { epoch }
+            | PeerReq::Read { epoch, .. }
+            | PeerReq::Write { epoch, .. }
+            | PeerReq::WriteZeroes { epoch, .. }
+            | PeerReq::Flush { epoch, .. }
+            | PeerReq::Exists { epoch, .. }
+            | PeerReq::List { epoch }
+            | PeerReq::Digest { epoch, .. }
+            | PeerReq::Fetch { epoch, .. }
+            | PeerReq::Repair { epoch, .. }
+            | PeerReq::Create { epoch, .. } => *epoch,
+        }
+    }
+
     /// Short name for metrics and logs.
     pub fn op_name(&self) -> &'static str {
         match self {
-            PeerReq::Ping => "ping",
+            PeerReq::Ping { .. } => "ping",
             PeerReq::Read { .. } => "read",
             PeerReq::Write { .. } => "write",
             PeerReq::WriteZeroes { .. } => "write_zeroes",
             PeerReq::Flush { .. } => "flush",
             PeerReq::Exists { .. } => "exists",
-            PeerReq::List => "list",
+            PeerReq::List { .. } => "list",
             PeerReq::Digest { .. } => "digest",
             PeerReq::Fetch { .. } => "fetch",
             PeerReq::Repair { .. } => "repair",

@@ -8,11 +8,14 @@
 //!   `min_copies` applied it, the failed ones are first marked down in the metadata
 //!   ([`Membership`]), so they recover before serving the object again; below
 //!   `min_copies` the write fails.
-//! - A replica that is past the gateway's epoch refuses (`StaleEpoch`); the gateway
-//!   waits for the newer map and sends the write again to the new replicas.
+//! - Every request carries the epoch of the gateway's map. A replica that is past it
+//!   refuses (`StaleEpoch`); the gateway waits for the newer map and sends the
+//!   request again to the replicas of that map (reads, exists and flushes too: a node
+//!   that no longer holds an object must not answer for it).
 //! - Reads go to the local replica when this node holds one, then to the others in
-//!   placement order; a replica that fails (refused, timed out, checksum mismatch) is
-//!   skipped and the next one tried.
+//!   placement order; a replica that fails (recovering, timed out, checksum
+//!   mismatch) is skipped and the next one tried. A VDI that is `Gone` (deleted) is
+//!   not read anywhere else.
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_proto::{PeerReq, PeerResp};
@@ -121,7 +124,11 @@ impl Gateway {
         let fatal = failed.iter().position(|(_, e)| {
             matches!(
                 e.kind(),
-                ErrorKind::Locked | ErrorKind::Invalid | ErrorKind::NotFound
+                ErrorKind::Locked
+                    | ErrorKind::Fenced
+                    | ErrorKind::Invalid
+                    | ErrorKind::NotFound
+                    | ErrorKind::Gone
             )
         });
         let enough = applied >= usize::from(vdi.min_copies());
@@ -158,11 +165,10 @@ impl Gateway {
         }
     }
 
-    /// The replicas in the order reads try them: this node first.
-    pub(crate) fn read_order(&self, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-        let map = self.map.get();
-        let nodes = drove_placement::locate(&map, oid, usize::from(vdi.copies));
-        read_order(&map, self.me, nodes)
+    /// The replicas on `map` in the order reads try them: this node first.
+    fn read_order_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+        let nodes = drove_placement::locate(map, oid, usize::from(vdi.copies));
+        read_order(map, self.me, nodes)
     }
 
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
@@ -175,34 +181,47 @@ impl Gateway {
 
     /// Whether `node` answers on the peer protocol.
     pub async fn ping(&self, node: NodeId) -> Result<()> {
-        self.send(node, PeerReq::Ping, Bytes::new())
+        let epoch = self.map.get().epoch;
+        self.send(node, PeerReq::Ping { epoch }, Bytes::new())
             .await
             .map(|_| ())
     }
 
     /// Read `len` bytes of `oid` at `offset` from the nearest replica that answers.
     pub async fn read(&self, vdi: &VdiInfo, oid: ObjectId, offset: u64, len: u32) -> Result<Bytes> {
-        let order = self.read_order(vdi, oid);
-        let mut last = Error::unavailable(format!("No node holds object {oid}"));
-        for node in order {
-            match self
-                .send(node, PeerReq::Read { oid, offset, len }, Bytes::new())
-                .await
-            {
-                Ok((_, data)) if data.len() == len as usize => return Ok(data),
-                Ok((_, data)) => {
-                    last = Error::new(
-                        drove_types::ErrorKind::Io,
-                        format!("Node {node} returned {} bytes, not {len}", data.len()),
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(%oid, %node, "read failed, trying next replica: {e}");
-                    last = e;
+        loop {
+            let map = self.map.get();
+            let mut last = Error::unavailable(format!("No node holds object {oid}"));
+            for node in self.read_order_on(&map, vdi, oid) {
+                let req = PeerReq::Read {
+                    oid,
+                    offset,
+                    len,
+                    epoch: map.epoch,
+                };
+                match self.send(node, req, Bytes::new()).await {
+                    Ok((_, data)) if data.len() == len as usize => return Ok(data),
+                    Ok((_, data)) => {
+                        last = Error::new(
+                            drove_types::ErrorKind::Io,
+                            format!("Node {node} returned {} bytes, not {len}", data.len()),
+                        );
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::StaleEpoch | ErrorKind::Gone) => {
+                        last = e;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%oid, %node, "read failed, trying next replica: {e}");
+                        last = e;
+                    }
                 }
             }
+            match last.kind() {
+                ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
+                _ => return Err(last),
+            }
         }
-        Err(last)
     }
 
     /// Write `data` into `oid` at `offset` on every replica, under lock `generation`.
@@ -294,7 +313,9 @@ impl Gateway {
                 {
                     Ok(_) => return Ok(()),
                     Err(e) if e.kind() == ErrorKind::StaleEpoch => Err(e),
-                    Err(e) if e.kind() == ErrorKind::Locked => return Err(e),
+                    Err(e) if matches!(e.kind(), ErrorKind::Fenced | ErrorKind::Gone) => {
+                        return Err(e)
+                    }
                     Err(e) => {
                         // Some replica failed behind the primary: find out which
                         // by sending to each directly.
@@ -338,24 +359,45 @@ impl Gateway {
     }
 
     /// fsync `oids` on every replica that holds them; a replica that fails is
-    /// marked down when every object still reached `min_copies` replicas.
+    /// marked down when every object still reached `min_copies` replicas. A replica
+    /// past this gateway's map makes the whole flush go again on the newer map (the
+    /// objects' replicas may have moved).
     pub async fn flush(&self, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<()> {
-        let map = self.map.get();
+        loop {
+            let map = self.map.get();
+            match self.flush_on(&map, vdi, oids).await {
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
+                other => return other,
+            }
+        }
+    }
+
+    async fn flush_on(&self, map: &ClusterMap, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<()> {
         let mut by_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for &oid in oids {
-            for node in self.replicas_on(&map, vdi, oid)? {
+            for node in self.replicas_on(map, vdi, oid)? {
                 by_node.entry(node).or_default().push(oid);
             }
         }
         let nodes: Vec<NodeId> = by_node.keys().copied().collect();
-        let sends = by_node
-            .into_iter()
-            .map(|(node, oids)| self.send(node, PeerReq::Flush { oids }, Bytes::new()));
+        let sends = by_node.into_iter().map(|(node, oids)| async move {
+            // A request names at most MAX_OIDS objects.
+            for part in oids.chunks(drove_proto::MAX_OIDS) {
+                let req = PeerReq::Flush {
+                    oids: part.to_vec(),
+                    epoch: map.epoch,
+                };
+                self.send(node, req, Bytes::new()).await?;
+            }
+            Ok::<(), Error>(())
+        });
         let results = join_all(sends).await;
         let mut failed = Vec::new();
         for (&n, r) in nodes.iter().zip(results) {
-            if let Err(e) = r {
-                failed.push((n, e));
+            match r {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => return Err(e),
+                Err(e) => failed.push((n, e)),
             }
         }
         if failed.is_empty() {
@@ -366,7 +408,7 @@ impl Gateway {
         let worst = oids
             .iter()
             .map(|&o| {
-                drove_placement::locate(&map, o, usize::from(vdi.copies))
+                drove_placement::locate(map, o, usize::from(vdi.copies))
                     .iter()
                     .filter(|n| !bad.contains(n))
                     .count()
@@ -377,9 +419,28 @@ impl Gateway {
     }
 
     /// Whether each object was ever written, asking the nearest replica of each and
-    /// falling back to the next one when a node does not answer.
+    /// falling back to the next one when a node does not answer. A replica past this
+    /// gateway's map makes the whole question go again on the newer map.
     pub async fn exists(&self, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<Vec<bool>> {
-        let orders: Vec<Vec<NodeId>> = oids.iter().map(|&o| self.read_order(vdi, o)).collect();
+        loop {
+            let map = self.map.get();
+            match self.exists_on(&map, vdi, oids).await {
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
+                other => return other,
+            }
+        }
+    }
+
+    async fn exists_on(
+        &self,
+        map: &ClusterMap,
+        vdi: &VdiInfo,
+        oids: &[ObjectId],
+    ) -> Result<Vec<bool>> {
+        let orders: Vec<Vec<NodeId>> = oids
+            .iter()
+            .map(|&o| self.read_order_on(map, vdi, o))
+            .collect();
         let mut answer: Vec<Option<bool>> = vec![None; oids.len()];
         let mut last_err = None;
         for round in 0..usize::from(vdi.copies) {
@@ -397,6 +458,7 @@ impl Gateway {
             let asks = by_node.into_iter().map(|(node, idx)| {
                 let req = PeerReq::Exists {
                     oids: idx.iter().map(|&i| oids[i]).collect(),
+                    epoch: map.epoch,
                 };
                 async move { (idx, self.send(node, req, Bytes::new()).await) }
             });
@@ -408,6 +470,9 @@ impl Gateway {
                         }
                     }
                     Ok(_) => last_err = Some(Error::invalid("Malformed exists answer")),
+                    Err(e) if matches!(e.kind(), ErrorKind::StaleEpoch | ErrorKind::Gone) => {
+                        return Err(e)
+                    }
                     Err(e) => last_err = Some(e),
                 }
             }

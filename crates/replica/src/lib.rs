@@ -10,10 +10,10 @@
 //! requests to the local store ([`local`]), forwarding for primary-copy writes.
 #![deny(missing_docs)]
 
+pub mod catalog;
 pub mod catchup;
 mod check;
 mod client;
-mod fence;
 mod gateway;
 pub mod local;
 mod mapcell;
@@ -23,9 +23,9 @@ mod server;
 mod throttle;
 mod writer;
 
+pub use catalog::{Catalog, CatalogCell};
 pub use check::{CheckReport, Mismatch, ReplicaView, ScrubReport};
 pub use client::{PeerPool, PeerTimeouts};
-pub use fence::Fence;
 pub use gateway::{Gateway, Membership};
 pub use local::LocalStore;
 pub use mapcell::MapCell;

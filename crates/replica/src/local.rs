@@ -2,14 +2,14 @@
 //! (pread/pwrite/fsync), so every call runs on tokio's blocking pool.
 use bytes::Bytes;
 use drove_objstore::ObjectStore;
-use drove_proto::{ObjDigest, PeerReq, PeerResp};
-use drove_types::{Epoch, Error, ErrorKind, ObjVersion, ObjectId, Result};
+use drove_proto::{ObjDigest, PeerReq, PeerResp, MAX_OIDS};
+use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjVersion, ObjectId, Result, VdiInfo};
 use futures::future::join_all;
 use std::sync::{Arc, OnceLock, Weak};
 use tokio::sync::OwnedRwLockReadGuard;
 
+use crate::catalog::CatalogCell;
 use crate::catchup::{CatchUp, Repair};
-use crate::fence::Fence;
 use crate::PeerPool;
 
 /// Writes up to this size without FUA are done on the calling task.
@@ -26,11 +26,12 @@ pub async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::new(ErrorKind::Io, format!("Store task failed: {e}")))?
 }
 
-/// This node's object store with its fence and its catch-up state: what every request
-/// that reaches this node, from a peer or from its own gateway, is applied to.
+/// This node's object store with what it knows of the metadata (to judge requests)
+/// and its catch-up state: what every request that reaches this node, from a peer or
+/// from its own gateway, is checked against and applied to.
 pub struct LocalStore {
     store: Arc<dyn ObjectStore>,
-    fence: Fence,
+    catalog: CatalogCell,
     catchup: CatchUp,
     repair: OnceLock<Weak<dyn Repair>>,
     /// When the last client read or write (not recovery's) was applied here:
@@ -82,7 +83,7 @@ impl LocalStore {
     pub fn with_catchup(store: Arc<dyn ObjectStore>, catchup: CatchUp) -> Arc<Self> {
         Arc::new(LocalStore {
             store,
-            fence: Fence::default(),
+            catalog: CatalogCell::default(),
             catchup,
             repair: OnceLock::new(),
             client_seen: ClientClock::new(),
@@ -99,9 +100,10 @@ impl LocalStore {
         &self.store
     }
 
-    /// The lock generations this node enforces.
-    pub fn fence(&self) -> &Fence {
-        &self.fence
+    /// The metadata this node checks requests against (VDIs, lock generations, map);
+    /// nothing is admitted until the first one is published.
+    pub fn catalog(&self) -> &CatalogCell {
+        &self.catalog
     }
 
     /// How long ago the last client read or write was applied here (None: none
@@ -117,9 +119,44 @@ impl LocalStore {
 
     fn not_current(oid: ObjectId) -> Error {
         Error::new(
-            ErrorKind::StaleEpoch,
+            ErrorKind::Recovering,
             format!("This node's copy of object {oid} is being recovered"),
         )
+    }
+
+    /// The record of `oid`'s VDI, checking that `[offset, offset + len)` lies in the
+    /// object: a request may not name a VDI that does not exist or bytes past an
+    /// object's end.
+    async fn vdi_for(&self, oid: ObjectId, offset: u64, len: u64) -> Result<VdiInfo> {
+        let vdi = self.catalog.vdi(oid.vdi).await?;
+        match offset.checked_add(len) {
+            Some(end) if end <= u64::from(vdi.object_size) => Ok(vdi),
+            _ => Err(Error::invalid(format!(
+                "Range {offset}+{len} is outside object {oid} ({} bytes)",
+                vdi.object_size
+            ))),
+        }
+    }
+
+    /// Check that `oids` is a list a request may carry and that every object's VDI
+    /// exists and has objects of `len` bytes (`None`: any size).
+    async fn check_oids(&self, oids: &[ObjectId], len: Option<u32>) -> Result<()> {
+        check_count(oids)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for oid in oids {
+            if seen.insert(oid.vdi) {
+                let vdi = self.catalog.vdi(oid.vdi).await?;
+                if len.is_some_and(|l| l != vdi.object_size) {
+                    return Err(Error::invalid(format!(
+                        "Objects of VDI {} are {} bytes, not {}",
+                        oid.vdi,
+                        vdi.object_size,
+                        len.unwrap_or(0)
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Admit a write (or zero, or create) of `oid` from the gateway holding lock
@@ -131,7 +168,7 @@ impl LocalStore {
         epoch: Epoch,
         generation: u64,
     ) -> Result<OwnedRwLockReadGuard<()>> {
-        self.fence.admit(oid.vdi, generation)?;
+        self.catalog.admit_generation(oid.vdi, generation).await?;
         self.catchup.admit_epoch(epoch, true).await?;
         loop {
             let guard = self.catchup.write_lock(oid).await;
@@ -161,8 +198,15 @@ impl LocalStore {
             self.client_seen.tick();
         }
         match req {
-            PeerReq::Ping => Ok((PeerResp::Ok, Bytes::new())),
-            &PeerReq::Read { oid, offset, len } => {
+            PeerReq::Ping { .. } => Ok((PeerResp::Ok, Bytes::new())),
+            &PeerReq::Read {
+                oid,
+                offset,
+                len,
+                epoch,
+            } => {
+                self.vdi_for(oid, offset, u64::from(len)).await?;
+                self.catchup.admit_epoch(epoch, true).await?;
                 if !self.catchup.is_current(oid) {
                     return Err(Self::not_current(oid));
                 }
@@ -177,6 +221,7 @@ impl LocalStore {
                 generation,
                 ..
             } => {
+                self.vdi_for(oid, offset, payload.len() as u64).await?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
                 let v = version(epoch, generation);
                 if !fua && payload.len() <= INLINE_MAX {
@@ -207,6 +252,7 @@ impl LocalStore {
                 generation,
                 ..
             } => {
+                self.vdi_for(oid, offset, len).await?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
                 let v = version(epoch, generation);
                 blocking(store, move |s| {
@@ -226,17 +272,30 @@ impl LocalStore {
                 generation,
                 ..
             } => {
+                let vdi = self.vdi_for(oid, 0, payload.len() as u64).await?;
+                if payload.len() as u64 != u64::from(vdi.object_size) {
+                    return Err(Error::invalid(format!(
+                        "Create of object {oid} carries {} bytes, not the whole object ({})",
+                        payload.len(),
+                        vdi.object_size
+                    )));
+                }
                 let _held = self.admit_write(oid, epoch, generation).await?;
                 let v = version(epoch, generation);
                 blocking(store, move |s| s.create(oid, &payload, v)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
-            PeerReq::Flush { oids } => {
+            PeerReq::Flush { oids, epoch } => {
+                // An fsync of any object is harmless: only the count is checked.
+                check_count(oids)?;
+                self.catchup.admit_epoch(*epoch, true).await?;
                 let oids = oids.clone();
                 blocking(store, move |s| s.flush(&oids)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
-            PeerReq::Exists { oids } => {
+            PeerReq::Exists { oids, epoch } => {
+                self.check_oids(oids, None).await?;
+                self.catchup.admit_epoch(*epoch, true).await?;
                 if let Some(&o) = oids.iter().find(|&&o| !self.catchup.is_current(o)) {
                     return Err(Self::not_current(o));
                 }
@@ -249,7 +308,7 @@ impl LocalStore {
                 .await?;
                 Ok((PeerResp::Exists(found), Bytes::new()))
             }
-            PeerReq::List => {
+            PeerReq::List { .. } => {
                 let oids = blocking(store, |s| s.list()).await?;
                 Ok((PeerResp::List(oids), Bytes::new()))
             }
@@ -258,6 +317,7 @@ impl LocalStore {
                 len,
                 epoch,
             } => {
+                self.check_oids(oids, Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
                 let mut out = Vec::with_capacity(oids.len());
                 for &oid in oids {
@@ -271,6 +331,7 @@ impl LocalStore {
                 epoch,
                 force,
             } => {
+                self.check_oids(&[oid], Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
                 let _held = self.catchup.copy_lock(oid).await;
                 if !force && !self.catchup.is_current(oid) {
@@ -289,6 +350,12 @@ impl LocalStore {
                 from,
                 epoch,
             } => {
+                self.check_oids(&[oid], Some(len)).await?;
+                if self.catalog.get().map.node(from).is_none() {
+                    return Err(Error::invalid(format!(
+                        "Repair of object {oid} from node {from}, which is not in the cluster"
+                    )));
+                }
                 self.catchup.admit_epoch(epoch, false).await?;
                 match self.repair.get().and_then(Weak::upgrade) {
                     Some(r) => r.repair_from(oid, len, from).await?,
@@ -328,6 +395,17 @@ impl LocalStore {
     }
 }
 
+/// Refuse a list of more objects than a request may name.
+fn check_count(oids: &[ObjectId]) -> Result<()> {
+    if oids.len() > MAX_OIDS {
+        return Err(Error::invalid(format!(
+            "A request names {} objects; at most {MAX_OIDS} are allowed",
+            oids.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The version a write of lock `generation` on a map of `epoch` gives an object.
 fn version(epoch: Epoch, generation: u64) -> ObjVersion {
     ObjVersion {
@@ -346,22 +424,34 @@ pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> 
 
 /// Apply `req` here and, for a primary-copy write, pass it on to the nodes it names at
 /// the same time; the answer is an error if this node or any of them failed. Used by
-/// the peer server and by a gateway that is itself the primary.
+/// the peer server and by a gateway that is itself the primary. The forward list is
+/// checked first: only the object's other replicas, each once (a list naming one
+/// node 2,000 times once made this node send it 2,000 writes).
 pub async fn apply_and_forward(
     local: &LocalStore,
     pool: &PeerPool,
     req: &PeerReq,
     payload: Bytes,
 ) -> Result<(PeerResp, Bytes)> {
-    let forward = match req {
-        PeerReq::Write { forward, .. }
-        | PeerReq::WriteZeroes { forward, .. }
-        | PeerReq::Create { forward, .. } => forward.clone(),
-        _ => Vec::new(),
+    let (oid, forward) = match req {
+        PeerReq::Write { oid, forward, .. }
+        | PeerReq::WriteZeroes { oid, forward, .. }
+        | PeerReq::Create { oid, forward, .. } => (*oid, forward.clone()),
+        _ => return local.apply(req, payload).await,
     };
     if forward.is_empty() {
         return local.apply(req, payload).await;
     }
+    local.catchup.admit_epoch(req.epoch(), true).await?;
+    let vdi = local.catalog.vdi(oid.vdi).await?;
+    check_forward(
+        &local.catalog.get().map,
+        pool.me(),
+        oid,
+        &vdi,
+        req.epoch(),
+        &forward,
+    )?;
     let onward = strip_forward(req);
     let remote = forward
         .iter()
@@ -371,6 +461,46 @@ pub async fn apply_and_forward(
         r?;
     }
     local
+}
+
+/// A primary-copy forward list is acceptable when it names only replicas of `oid` on
+/// `map` other than this node `me`, each once. A list that does not fit a map newer
+/// than the sender's is answered `StaleEpoch` (the sender retries on the newer map);
+/// one that does not fit the sender's own epoch is refused and logged.
+fn check_forward(
+    map: &drove_types::ClusterMap,
+    me: NodeId,
+    oid: ObjectId,
+    vdi: &VdiInfo,
+    epoch: Epoch,
+    forward: &[NodeId],
+) -> Result<()> {
+    let placed = drove_placement::locate(map, oid, usize::from(vdi.copies));
+    let mut seen = std::collections::BTreeSet::new();
+    let bad = forward.len() >= usize::from(vdi.copies)
+        || forward
+            .iter()
+            .any(|n| *n == me || !seen.insert(*n) || !placed.contains(n));
+    if !bad {
+        return Ok(());
+    }
+    if epoch < map.epoch {
+        return Err(Error::new(
+            ErrorKind::StaleEpoch,
+            format!(
+                "Forward list of object {oid} is for epoch {epoch}; this node is at epoch {}",
+                map.epoch
+            ),
+        ));
+    }
+    let shown: Vec<String> = forward.iter().take(8).map(|n| n.to_string()).collect();
+    tracing::warn!(%oid, %epoch, forward = forward.len(), "refused a write whose forward list is not the object's replicas");
+    Err(Error::invalid(format!(
+        "Forward list [{}{}] ({} nodes) of object {oid} is not its other replicas at epoch {epoch}",
+        shown.join(", "),
+        if forward.len() > 8 { ", ..." } else { "" },
+        forward.len()
+    )))
 }
 
 fn strip_forward(req: &PeerReq) -> PeerReq {
@@ -394,9 +524,15 @@ mod tests {
         let local = LocalStore::new(Arc::new(drove_objstore::MemStore::new(4 << 20)));
         assert_eq!(local.since_client_op(), None, "no client op yet");
         // Recovery's own requests are not client operations.
-        local.apply(&PeerReq::Ping, Bytes::new()).await.unwrap();
+        local
+            .apply(&PeerReq::Ping { epoch: Epoch(0) }, Bytes::new())
+            .await
+            .unwrap();
         assert_eq!(local.since_client_op(), None);
-        let flush = PeerReq::Flush { oids: vec![] };
+        let flush = PeerReq::Flush {
+            oids: vec![],
+            epoch: Epoch(0),
+        };
         local.apply(&flush, Bytes::new()).await.unwrap();
         assert!(local.since_client_op().unwrap() < Duration::from_millis(100));
         tokio::time::sleep(Duration::from_millis(120)).await;

@@ -324,7 +324,8 @@ impl Recoverer {
             let res = if id == self.me {
                 blocking(self.local.store(), |s| s.list()).await
             } else {
-                match self.short_call(id, PeerReq::List).await {
+                let list = PeerReq::List { epoch: map.epoch };
+                match self.short_call(id, list).await {
                     Ok((PeerResp::List(v), _)) => Ok(v),
                     Ok(_) => Err(Error::invalid("Malformed list answer")),
                     Err(e) => Err(e),

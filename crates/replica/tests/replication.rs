@@ -1,100 +1,17 @@
 //! Three nodes' replication stacks in one process, talking over real TCP on
 //! 127.0.0.1 with real file stores: writes reach every replica in both modes, reads
 //! survive a dead replica and a corrupted one.
+mod common;
+
 use bytes::Bytes;
+use common::*;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
-use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
-use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, ObjectId, ReplicationMode, VdiId, VdiInfo};
-use std::collections::BTreeMap;
+use drove_replica::{LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
+use drove_types::{ClusterMap, NodeId, NodeInfo, ObjectId, ReplicationMode, VdiId, VdiInfo};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-
-struct TestNode {
-    id: NodeId,
-    store: Arc<dyn ObjectStore>,
-    local: Arc<LocalStore>,
-    gateway: Arc<Gateway>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-}
-
-async fn cluster(n: u64) -> Vec<TestNode> {
-    let mut listeners = Vec::new();
-    let mut nodes = BTreeMap::new();
-    for i in 1..=n {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        nodes.insert(
-            NodeId(i),
-            NodeInfo {
-                weight: 100,
-                peer_addr: addr,
-                ..NodeInfo::new(NodeId(i), format!("z{i}"))
-            },
-        );
-        listeners.push(l);
-    }
-    let map = ClusterMap {
-        epoch: Epoch(1),
-        nodes,
-    };
-    let mut out = Vec::new();
-    for (i, l) in (1..=n).zip(listeners) {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir.path(), 4 << 20).unwrap());
-        let metrics = Metrics::new();
-        let cell = Arc::new(MapCell::new(map.clone()));
-        let timeouts = PeerTimeouts {
-            connect: Duration::from_secs(1),
-            request: Duration::from_secs(3),
-        };
-        let pool = PeerPool::new(NodeId(i), cell.clone(), timeouts, metrics.clone());
-        let local = LocalStore::new(store.clone());
-        let gateway = Gateway::new(
-            NodeId(i),
-            local.clone(),
-            pool.clone(),
-            cell,
-            metrics.clone(),
-        );
-        let server = tokio::spawn(PeerServer::new(local.clone(), pool, metrics).serve(l));
-        out.push(TestNode {
-            id: NodeId(i),
-            store,
-            local,
-            gateway,
-            server,
-            _dir: dir,
-        });
-    }
-    out
-}
-
-fn vdi(mode: ReplicationMode) -> VdiInfo {
-    VdiInfo {
-        id: VdiId(7),
-        name: "t".into(),
-        size: 64 << 20,
-        object_size: 4 << 20,
-        copies: 3,
-        mode,
-        created: 0,
-        min_copies: None,
-        parent: None,
-        snapshot: false,
-        ephemeral: false,
-    }
-}
-
-fn pattern(seed: u8, len: usize) -> Bytes {
-    Bytes::from(
-        (0..len)
-            .map(|i| seed.wrapping_add((i % 251) as u8))
-            .collect::<Vec<_>>(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_direct_and_primary_copy_writes_reach_every_replica() {
@@ -261,7 +178,13 @@ async fn test_routes_file_redirects_peer_connections() {
         .unwrap();
     std::fs::write(&routes, format!("{{\"{real}\": \"{closed}\"}}")).unwrap();
     let err = pool
-        .call(NodeId(2), drove_proto::PeerReq::Ping, Bytes::new())
+        .call(
+            NodeId(2),
+            drove_proto::PeerReq::Ping {
+                epoch: drove_types::Epoch(0),
+            },
+            Bytes::new(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.kind(), drove_types::ErrorKind::Unavailable, "{err}");
@@ -278,9 +201,15 @@ async fn test_routes_file_redirects_peer_connections() {
         let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
     });
     std::fs::write(&routes, format!("{{\"{real}\": \"{fwd_addr}\"}}")).unwrap();
-    pool.call(NodeId(2), drove_proto::PeerReq::Ping, Bytes::new())
-        .await
-        .unwrap();
+    pool.call(
+        NodeId(2),
+        drove_proto::PeerReq::Ping {
+            epoch: drove_types::Epoch(0),
+        },
+        Bytes::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         counted.load(Ordering::SeqCst),
         1,
@@ -301,6 +230,7 @@ async fn test_old_gateway_is_fenced_after_a_newer_one_wrote() {
         .await
         .unwrap();
     // The lock moves to node 2 (generation 2), which writes.
+    publish(&nodes, &[(v.id, 2)]);
     nodes[1]
         .gateway
         .write(&v, oid, 0, pattern(2, 4096), false, 2)
@@ -312,7 +242,7 @@ async fn test_old_gateway_is_fenced_after_a_newer_one_wrote() {
         .write(&v, oid, 0, pattern(3, 4096), false, 1)
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), drove_types::ErrorKind::Locked, "{err}");
+    assert_eq!(err.kind(), drove_types::ErrorKind::Fenced, "{err}");
     for n in &nodes {
         assert_eq!(
             n.store.read(oid, 0, 4096).unwrap(),
@@ -320,7 +250,7 @@ async fn test_old_gateway_is_fenced_after_a_newer_one_wrote() {
         );
     }
     // A replica that learned generation 3 from the metadata refuses generation 2 too.
-    nodes[2].local.fence().raise(v.id, 3);
+    publish(&nodes[2..], &[(v.id, 3)]);
     assert!(nodes[1]
         .gateway
         .write(&v, oid, 0, pattern(4, 4096), false, 2)

@@ -11,8 +11,17 @@ pub enum ErrorKind {
     NotFound,
     /// A VDI or node with that name already exists.
     AlreadyExists,
-    /// The request carries an epoch or generation older than the receiver's.
+    /// The sender works from a cluster map older than the receiver's: it must wait
+    /// for the newer map and send the request again (to the replicas of that map).
     StaleEpoch,
+    /// A write carries a lock generation older than the newest the receiver knows
+    /// for its VDI: another gateway holds the VDI's lock now (fencing). Final.
+    Fenced,
+    /// The receiver's copy of the object is being recovered (it may lack
+    /// acknowledged writes): read another replica.
+    Recovering,
+    /// The VDI was deleted (or rolled back, or never existed on this cluster).
+    Gone,
     /// A replica, node or the metadata leader could not be reached in time.
     Unavailable,
     /// Stored data failed its checksum.
@@ -34,6 +43,9 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::AlreadyExists => "already_exists",
             ErrorKind::StaleEpoch => "stale_epoch",
+            ErrorKind::Fenced => "fenced",
+            ErrorKind::Recovering => "recovering",
+            ErrorKind::Gone => "gone",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Io => "io",

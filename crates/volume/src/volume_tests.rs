@@ -36,7 +36,6 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
     let metrics = Metrics::new();
     let pool = PeerPool::new(me, cell.clone(), PeerTimeouts::default(), metrics.clone());
     let local = LocalStore::new(Arc::new(MemStore::new(4 << 20)));
-    let gateway = Gateway::new(me, local, pool, cell, metrics);
     let info = VdiInfo {
         id: VdiId(1),
         name: "v".into(),
@@ -50,6 +49,13 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         snapshot: false,
         ephemeral: false,
     };
+    local.catalog().publish(drove_replica::Catalog {
+        map: cell.get(),
+        vdis: [(info.id, info.clone())].into(),
+        next_vdi_id: 2,
+        generations: [(info.id, 1)].into(),
+    });
+    let gateway = Gateway::new(me, local, pool, cell, metrics);
     Volume::new(info, Vec::new(), gateway, Arc::new(FreeLocks))
 }
 

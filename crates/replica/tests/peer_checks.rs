@@ -1,0 +1,232 @@
+//! Requests a replica must never act on, whoever sends them, sent over the real peer
+//! protocol to real nodes: each is refused with a clear error, nothing is stored,
+//! and the node keeps serving its real gateways afterwards.
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use drove_proto::{PeerReq, PeerResp};
+use drove_types::{ClusterMap, Epoch, ErrorKind, NodeId, ObjectId, ReplicationMode, VdiId};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn write(oid: ObjectId, generation: u64, forward: Vec<NodeId>) -> PeerReq {
+    PeerReq::Write {
+        oid,
+        offset: 0,
+        fua: false,
+        epoch: Epoch(1),
+        generation,
+        forward,
+    }
+}
+
+fn held_anywhere(nodes: &[TestNode], oid: ObjectId) -> Vec<NodeId> {
+    nodes
+        .iter()
+        .filter(|n| n.store.exists(oid).unwrap())
+        .map(|n| n.id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_forward_list_that_is_not_the_objects_other_replicas_is_refused() {
+    let nodes = cluster(3).await;
+    let v = vdi(ReplicationMode::PrimaryCopy);
+    let oid = ObjectId::new(v.id, 5);
+    let data = pattern(3, 4096);
+    // One node named 2,000 times (it once received 2,000 writes), the receiver
+    // itself, a node that does not exist: each refused before anything is written.
+    for forward in [vec![NodeId(2); 2000], vec![NodeId(3)], vec![NodeId(9)]] {
+        let n = forward.len();
+        let err = nodes[0]
+            .pool
+            .call(NodeId(3), write(oid, 1, forward), data.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid, "{n} nodes: {err}");
+        assert!(err.to_string().contains("not its other replicas"), "{err}");
+    }
+    assert_eq!(held_anywhere(&nodes, oid), vec![], "nothing was written");
+    // The real forward list still works.
+    let err = nodes[0]
+        .pool
+        .call(
+            NodeId(3),
+            write(oid, 1, vec![NodeId(1), NodeId(2)]),
+            data.clone(),
+        )
+        .await;
+    assert!(err.is_ok(), "{err:?}");
+    assert_eq!(held_anywhere(&nodes, oid).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lengths_past_an_object_are_refused_without_allocating_them() {
+    let nodes = cluster(2).await;
+    let oid = ObjectId::new(VdiId(7), 0);
+    let started = Instant::now();
+    // A digest of 4 GiB per object once allocated and checksummed 4 GiB.
+    let digest = PeerReq::Digest {
+        oids: vec![oid; 4],
+        len: u32::MAX,
+        epoch: Epoch(1),
+    };
+    let read = PeerReq::Read {
+        oid,
+        offset: u64::MAX - 10,
+        len: 4096,
+        epoch: Epoch(1),
+    };
+    let fetch = PeerReq::Fetch {
+        oid,
+        len: 1 << 31,
+        epoch: Epoch(1),
+        force: true,
+    };
+    let list = PeerReq::Exists {
+        oids: vec![oid; drove_proto::MAX_OIDS + 1],
+        epoch: Epoch(1),
+    };
+    for req in [digest, read, fetch, list] {
+        let what = req.op_name();
+        let err = nodes[0]
+            .pool
+            .call(NodeId(2), req, Bytes::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid, "{what}: {err}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_forged_generation_is_refused_and_does_not_fence_the_real_gateway() {
+    let nodes = cluster(3).await;
+    let v = vdi(ReplicationMode::Direct);
+    let oid = ObjectId::new(v.id, 1);
+    // Generation u64::MAX once became every replica's bar: every later write of the
+    // VDI failed with EPERM, unlogged, until a restart.
+    let err = nodes[0]
+        .pool
+        .call(NodeId(2), write(oid, u64::MAX, vec![]), pattern(1, 4096))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("generation"), "{err}");
+    assert_eq!(held_anywhere(&nodes, oid), vec![]);
+    // The gateway holding the real generation (1) writes to every replica.
+    nodes[0]
+        .gateway
+        .write(&v, oid, 0, pattern(2, 4096), true, 1)
+        .await
+        .unwrap();
+    for n in &nodes {
+        assert_eq!(
+            n.store.read(oid, 0, 4096).unwrap(),
+            pattern(2, 4096).to_vec()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_objects_of_vdis_that_do_not_exist_are_refused() {
+    let nodes = cluster(2).await;
+    // An id never handed out: a VDI created later with it once read the planted data.
+    let planted = ObjectId::new(VdiId(0xdead), 0);
+    let err = nodes[0]
+        .pool
+        .call(NodeId(2), write(planted, 1, vec![]), pattern(9, 4096))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        nodes[1].store.list().unwrap().is_empty(),
+        "planted data kept"
+    );
+    // A deleted VDI: writes and reads are refused at once; a reader gets an error,
+    // never zeros.
+    let v = vdi(ReplicationMode::Direct);
+    let oid = ObjectId::new(v.id, 0);
+    nodes[0]
+        .gateway
+        .write(&v, oid, 0, pattern(4, 4096), false, 1)
+        .await
+        .unwrap();
+    for n in &nodes {
+        let mut c = (*n.local.catalog().get()).clone();
+        c.vdis.remove(&v.id);
+        n.local.catalog().publish(c);
+    }
+    let started = Instant::now();
+    let err = nodes[1].gateway.read(&v, oid, 0, 4096).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Gone, "{err}");
+    let err = nodes[1]
+        .gateway
+        .write(&v, oid, 0, pattern(5, 4096), false, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Gone, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_read_from_an_older_epoch_is_refused_and_the_gateway_retries_on_the_newer_map() {
+    let nodes = cluster_at(3, Some(Epoch(1))).await;
+    let v = vdi(ReplicationMode::Direct);
+    let oid = ObjectId::new(v.id, 2);
+    nodes[0]
+        .gateway
+        .write(&v, oid, 0, pattern(6, 4096), false, 1)
+        .await
+        .unwrap();
+    // Every replica moves to epoch 2; node 1's gateway still holds the map of epoch 1.
+    let newer = ClusterMap {
+        epoch: Epoch(2),
+        ..(*nodes[0].map.get()).clone()
+    };
+    for n in &nodes {
+        n.local.catalog().publish(catalog(&newer, &[]));
+        n.local.catchup().install(Epoch(2), Default::default());
+    }
+    let epoch1 = PeerReq::Read {
+        oid,
+        offset: 0,
+        len: 4096,
+        epoch: Epoch(1),
+    };
+    let err = nodes[0]
+        .pool
+        .call(NodeId(2), epoch1, Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleEpoch, "{err}");
+    // The gateway waits for its newer map, then reads on it.
+    let map = nodes[0].map.clone();
+    let later = Arc::new(newer);
+    let bump = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        map.set(later);
+    });
+    let got = nodes[0].gateway.read(&v, oid, 0, 4096).await.unwrap();
+    assert_eq!(got, pattern(6, 4096));
+    bump.await.unwrap();
+    let exists = PeerReq::Exists {
+        oids: vec![oid],
+        epoch: Epoch(2),
+    };
+    let (resp, _) = nodes[0]
+        .pool
+        .call(NodeId(3), exists, Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(resp, PeerResp::Exists(vec![true]));
+}
