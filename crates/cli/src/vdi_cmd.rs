@@ -34,7 +34,14 @@ pub enum VdiCmd {
         /// Name.
         name: String,
     },
-    /// Delete a VDI and its data. A snapshot that clones still read from is refused,
+    /// The clients that have a VDI open, on every node: who, since when, whether
+    /// they wrote.
+    Status {
+        /// Name.
+        name: String,
+    },
+    /// Delete a VDI and its data. Refused while clients have it open (they are
+    /// named), unless --force; a snapshot that clones still read from is refused,
     /// naming them, unless --flatten copies its data into them first.
     Delete {
         /// Name.
@@ -42,6 +49,10 @@ pub enum VdiCmd {
         /// First flatten every clone that reads from this VDI.
         #[arg(long)]
         flatten: bool,
+        /// Delete even while clients have the VDI open: their reads and writes fail
+        /// from then on (never zeros).
+        #[arg(long)]
+        force: bool,
     },
     /// Take a read-only, crash-consistent snapshot of a VDI, in O(1) (no data is
     /// copied); the VDI goes on as its copy-on-write child.
@@ -111,6 +122,35 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                 .await?;
             show(ctx, &d)
         }
+        VdiCmd::Status { name } => {
+            let s: drove_daemon::api::VdiClients = ctx
+                .get(&format!("/api/vdis/{}/clients", encode(&name)))
+                .await?;
+            if ctx.json {
+                return print_json(&s);
+            }
+            let rows: Vec<Vec<String>> = s
+                .clients
+                .iter()
+                .map(|c| {
+                    vec![
+                        c.node.to_string(),
+                        c.client.clone(),
+                        c.since_unix.to_string(),
+                        if c.wrote { "read/write" } else { "read" }.to_string(),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                println!("No client has VDI '{name}' open");
+            } else {
+                table::print(&["NODE", "CLIENT", "SINCE (UNIX)", "ACCESS"], &rows);
+            }
+            for n in &s.unreachable {
+                println!("node {n} did not answer: it may have clients too");
+            }
+            Ok(())
+        }
         VdiCmd::List => {
             let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
             if ctx.json {
@@ -145,13 +185,18 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
             show(ctx, &d)
         }
-        VdiCmd::Delete { name, flatten } => {
+        VdiCmd::Delete {
+            name,
+            flatten,
+            force,
+        } => {
             let flattened = if flatten {
                 crate::lineage_cmd::delete_flattening(&name, ctx).await?
             } else {
                 Vec::new()
             };
-            let v: serde_json::Value = ctx.delete(&format!("/api/vdis/{}", encode(&name))).await?;
+            let path = format!("/api/vdis/{}?force={force}", encode(&name));
+            let v: serde_json::Value = ctx.delete(&path).await?;
             if ctx.json {
                 return print_json(
                     &serde_json::json!({ "deleted": v["deleted"], "flattened": flattened }),

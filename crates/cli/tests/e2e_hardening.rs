@@ -44,3 +44,108 @@ fn test_second_node_on_a_data_directory_in_use_refuses_and_the_first_keeps_servi
         &["write -P 0x5a 0 64k".into(), "read -P 0x5a 0 64k".into()],
     );
 }
+
+/// A qemu-io kept open on `uri`, read-only, driven through its stdin.
+struct OpenReader {
+    child: std::process::Child,
+    out: std::sync::mpsc::Receiver<String>,
+}
+
+impl OpenReader {
+    fn start(uri: &str) -> OpenReader {
+        use std::io::BufRead;
+        let mut child = Command::new("qemu-io")
+            .args(["-r", "-f", "raw", uri])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("qemu-io");
+        let (tx, out) = std::sync::mpsc::channel();
+        for r in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        OpenReader { child, out }
+    }
+
+    /// Send one command and collect what it prints until `done` matches a line.
+    fn run(&mut self, cmd: &str, done: impl Fn(&str) -> bool) -> String {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        let mut seen = String::new();
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if let Ok(line) = self.out.recv_timeout(Duration::from_millis(200)) {
+                seen.push_str(&line);
+                seen.push('\n');
+                if done(&line) {
+                    return seen;
+                }
+            }
+        }
+        panic!("qemu-io did not finish '{cmd}': {seen}");
+    }
+}
+
+impl Drop for OpenReader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Deleting a VDI that a reader has open is refused, naming the reader; forced, the
+/// reader's next read fails with an I/O error (it once read zeros: "Pattern
+/// verification failed").
+#[test]
+fn test_deleting_an_open_vdi_names_its_clients_and_a_forced_delete_fails_their_reads() {
+    let c = Cluster::start(2, 2);
+    c.create_vdi("d", "16M", &[]);
+    qemu_io(&c.nodes[0].uri("d"), &["write -P 0x5a 0 64k".into()]);
+    let mut reader = OpenReader::start(&c.nodes[1].uri("d"));
+    let read = "read -P 0x5a 0 64k";
+    let t = reader.run(read, |l| l.contains("ops/sec") || l.contains("failed"));
+    assert!(t.contains("read 65536/65536 bytes"), "{t}");
+
+    let o = c.drove(0, &["vdi", "delete", "d"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "deleted while open: {t}");
+    assert!(t.contains("VDI 'd' is open"), "{t}");
+    assert!(
+        t.contains(&format!("through node {}", c.nodes[1].id)),
+        "{t}"
+    );
+    assert!(t.contains("pid "), "the reader is named by its pid: {t}");
+    let o = c.drove(0, &["vdi", "info", "d"]);
+    assert!(
+        o.status.success(),
+        "refused delete removed it: {}",
+        text(&o)
+    );
+    let o = c.drove(0, &["vdi", "status", "d", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["clients"].as_array().map(|a| a.len()), Some(1), "{v}");
+    assert_eq!(v["clients"][0]["wrote"], false, "{v}");
+
+    let o = c.drove(0, &["vdi", "delete", "d", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = reader.run(read, |l| {
+        l.contains("ops/sec") || l.contains("failed") || l.contains("error")
+    });
+    assert!(
+        !t.contains("Pattern verification failed"),
+        "read zeros: {t}"
+    );
+    assert!(t.contains("Input/output error"), "{t}");
+}

@@ -22,6 +22,8 @@ pub struct Admin {
     pub nbd_socket: String,
     pub recoverer: Arc<drove_replica::Recoverer>,
     pub exports: Arc<crate::exports::VdiExports>,
+    /// For asking other nodes' admin APIs (who has a VDI open).
+    pub http: reqwest::Client,
 }
 
 impl Admin {
@@ -67,7 +69,7 @@ impl IntoResponse for ApiErr {
     }
 }
 
-type ApiResult<T> = Result<Json<T>, ApiErr>;
+pub(crate) type ApiResult<T> = Result<Json<T>, ApiErr>;
 
 /// The `/api/*` and `/metrics` routes.
 pub fn router(admin: Admin) -> Router {
@@ -79,6 +81,11 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/check", post(check_vdi))
+        .route("/api/vdis/{name}/clients", get(crate::clients::all_clients))
+        .route(
+            "/api/local/vdis/{name}/clients",
+            get(crate::clients::local_clients),
+        )
         .route("/api/recovery", get(recovery))
         .route("/api/nodes/{id}/leave", post(leave_node))
         .route("/api/nodes/{id}/remove", post(remove_node))
@@ -189,6 +196,7 @@ async fn create_vdi(
                     .meta
                     .execute(Command::DeleteVdi {
                         name: info.name.clone(),
+                        force: false,
                     })
                     .await;
                 return Err(e.into());
@@ -301,13 +309,21 @@ async fn scrub(State(a): State<Admin>) -> ApiResult<drove_replica::ScrubReport> 
 async fn delete_vdi(
     State(a): State<Admin>,
     Path(name): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<api::DeleteQuery>,
 ) -> ApiResult<serde_json::Value> {
+    find_vdi(&a, &name)?;
+    if !q.force {
+        crate::clients::refuse_if_open(&a, &name).await?;
+    }
     // A client that just detached may still be releasing the lock: give it a moment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
         match a
             .meta
-            .execute(Command::DeleteVdi { name: name.clone() })
+            .execute(Command::DeleteVdi {
+                name: name.clone(),
+                force: q.force,
+            })
             .await
         {
             Ok(_) => return Ok(Json(serde_json::json!({ "deleted": name }))),

@@ -116,6 +116,36 @@ pub struct VdiDetail {
     pub lock: Option<VdiLock>,
 }
 
+/// One client that has a VDI open through a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Client {
+    /// The node it is attached through.
+    pub node: NodeId,
+    /// Who: a TCP address, or the pid of a unix-socket client.
+    pub client: String,
+    /// Since when, seconds since the Unix epoch.
+    pub since_unix: u64,
+    /// Whether it has written through this connection.
+    pub wrote: bool,
+}
+
+/// `GET /api/vdis/{name}/clients`: who has a VDI open, cluster-wide.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VdiClients {
+    /// The clients, by node.
+    pub clients: Vec<Client>,
+    /// Up nodes that did not answer (they may have clients too).
+    pub unreachable: Vec<NodeId>,
+}
+
+/// `DELETE /api/vdis/{name}` query.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeleteQuery {
+    /// Delete even while clients have the VDI open (their I/O then fails).
+    #[serde(default)]
+    pub force: bool,
+}
+
 /// `POST /api/vdis/{name}/handover`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handover {

@@ -9,7 +9,8 @@ use drove_replica::{Gateway, Membership, Recoverer};
 use drove_types::{format_size, Error, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::locks::{now_ms, MetaMembership};
@@ -21,6 +22,18 @@ pub struct VdiExports {
     locks: Arc<dyn LockService>,
     volumes: Mutex<HashMap<String, Arc<Volume>>>,
     recoverer: std::sync::OnceLock<Arc<Recoverer>>,
+    /// The clients attached through this node, by connection.
+    clients: Arc<Mutex<BTreeMap<u64, Attached>>>,
+    next_client: AtomicU64,
+}
+
+/// One client connection attached to a VDI here.
+#[derive(Debug, Clone)]
+struct Attached {
+    vdi: String,
+    client: String,
+    since_unix: u64,
+    wrote: bool,
 }
 
 impl VdiExports {
@@ -31,6 +44,8 @@ impl VdiExports {
             locks,
             volumes: Mutex::new(HashMap::new()),
             recoverer: std::sync::OnceLock::new(),
+            clients: Arc::default(),
+            next_client: AtomicU64::new(1),
         })
     }
 
@@ -129,6 +144,22 @@ impl VdiExports {
         Ok(())
     }
 
+    /// The clients that have VDI `name` open through this node.
+    pub fn clients_of(&self, name: &str) -> Vec<crate::api::Client> {
+        let node = self.meta.node_id();
+        self.clients
+            .lock()
+            .values()
+            .filter(|a| a.vdi == name)
+            .map(|a| crate::api::Client {
+                node,
+                client: a.client.clone(),
+                since_unix: a.since_unix,
+                wrote: a.wrote,
+            })
+            .collect()
+    }
+
     /// The open volume of `name`, if a client attached it here.
     pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
         self.volumes.lock().get(name).cloned()
@@ -136,8 +167,8 @@ impl VdiExports {
 
     /// Bring open volumes up to date with the VDI table: new sizes, snapshots (the
     /// volume moves to the VDI's new id, whose parent is its old one), flattening;
-    /// volumes of deleted or rolled-back VDIs are dropped (their clients' writes then
-    /// fail: the lock they would take covers the new id).
+    /// volumes of deleted or rolled-back VDIs are dropped and their clients' I/O
+    /// fails from then on (`Gone`).
     pub fn refresh(&self, state: &drove_meta::MetaState) {
         self.volumes
             .lock()
@@ -148,7 +179,10 @@ impl VdiExports {
                     }
                     true
                 }
-                _ => false,
+                _ => {
+                    vol.set_gone();
+                    false
+                }
             });
     }
 
@@ -193,32 +227,69 @@ impl Exports for VdiExports {
             .collect())
     }
 
-    async fn open(&self, name: &str) -> Result<Arc<dyn Export>> {
+    async fn open(&self, name: &str, client: &str) -> Result<Arc<dyn Export>> {
         let (_, info) = self.record(name)?;
         self.settle_crashed_writer(&info).await?;
         let vol = self.volume_or_open(name)?;
         vol.attach();
-        Ok(Arc::new(VolumeExport(vol)))
+        let id = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let since_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        self.clients.lock().insert(
+            id,
+            Attached {
+                vdi: name.to_string(),
+                client: client.to_string(),
+                since_unix,
+                wrote: false,
+            },
+        );
+        Ok(Arc::new(VolumeExport {
+            vol,
+            id,
+            clients: self.clients.clone(),
+            wrote: AtomicBool::new(false),
+        }))
     }
 }
 
-/// A [`Volume`] as an NBD export: one per client connection, attached while it lives.
-struct VolumeExport(Arc<Volume>);
+/// A [`Volume`] as an NBD export: one per client connection, attached (and listed
+/// among the node's clients) while it lives.
+struct VolumeExport {
+    vol: Arc<Volume>,
+    id: u64,
+    clients: Arc<Mutex<BTreeMap<u64, Attached>>>,
+    /// Whether the client wrote, known here without taking the table's lock.
+    wrote: AtomicBool,
+}
+
+impl VolumeExport {
+    fn wrote(&self) {
+        if !self.wrote.swap(true, Ordering::Relaxed) {
+            if let Some(a) = self.clients.lock().get_mut(&self.id) {
+                a.wrote = true;
+            }
+        }
+    }
+}
 
 impl Drop for VolumeExport {
     fn drop(&mut self) {
-        self.0.detach();
+        self.clients.lock().remove(&self.id);
+        self.vol.detach();
     }
 }
 
 #[async_trait]
 impl Export for VolumeExport {
     fn size(&self) -> u64 {
-        self.0.info().size
+        self.vol.info().size
     }
 
     fn read_only(&self) -> bool {
-        self.0.info().snapshot
+        self.vol.info().snapshot
     }
 
     fn multi_conn(&self) -> bool {
@@ -228,28 +299,31 @@ impl Export for VolumeExport {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
-        self.0.read(offset, len).await
+        self.vol.read(offset, len).await
     }
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
-        self.0.write(offset, data, fua).await
+        self.wrote();
+        self.vol.write(offset, data, fua).await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<()> {
-        self.0.write_zeroes(offset, u64::from(len), fua).await
+        self.wrote();
+        self.vol.write_zeroes(offset, u64::from(len), fua).await
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<()> {
+        self.wrote();
         // A trimmed range is undefined afterwards; zeroing it frees the space.
-        self.0.write_zeroes(offset, u64::from(len), false).await
+        self.vol.write_zeroes(offset, u64::from(len), false).await
     }
 
     async fn flush(&self) -> Result<()> {
-        self.0.flush().await
+        self.vol.flush().await
     }
 
     async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>> {
-        let runs = self.0.block_status(offset, u64::from(len)).await?;
+        let runs = self.vol.block_status(offset, u64::from(len)).await?;
         Ok(runs
             .into_iter()
             .map(|r| Extent {

@@ -10,6 +10,7 @@
 
 mod admin;
 pub mod api;
+mod clients;
 mod config;
 mod datadir;
 mod exports;

@@ -103,6 +103,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_socket: info.nbd_socket.clone(),
         recoverer: recoverer.clone(),
         exports: exports.clone(),
+        http: reqwest::Client::new(),
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
     let peer_task =

@@ -167,10 +167,13 @@ pub enum Command {
         /// Creation time, seconds since the Unix epoch (decided by the proposer).
         now: u64,
     },
-    /// Delete a VDI by name.
+    /// Delete a VDI by name. Refused while a writer's lease runs, unless `force`.
     DeleteVdi {
         /// Name.
         name: String,
+        /// Delete even while a gateway holds the VDI's lock (its writes then fail).
+        #[serde(default)]
+        force: bool,
     },
     /// Grow a VDI; replies [`Reply::Vdi`] with the new record. Shrinking is refused.
     ResizeVdi {
@@ -385,13 +388,13 @@ impl MetaState {
                 object_size,
                 now: created,
             } => self.create_vdi(name, *size, *copies, *mode, *object_size, *created),
-            Command::DeleteVdi { name } => {
+            Command::DeleteVdi { name, force } => {
                 let Some(vdi) = self.vdis.get(name) else {
                     return Err(no_vdi(name));
                 };
                 let id = vdi.id;
                 self.refuse_if_parent(name, id)?;
-                if let Some(lock) = self.locks.get(&id) {
+                if let Some(lock) = self.locks.get(&id).filter(|_| !force) {
                     if lock.expires_ms > now.saturating_mul(1000) {
                         return Err((
                             ErrorKind::Locked,

@@ -50,6 +50,8 @@ pub trait Export: Send + Sync {
 pub trait Exports: Send + Sync {
     /// Every export as `(name, description)`.
     async fn list(&self) -> Result<Vec<(String, String)>>;
-    /// Open the export `name`. A `NotFound` error becomes `NBD_REP_ERR_UNKNOWN`.
-    async fn open(&self, name: &str) -> Result<Arc<dyn Export>>;
+    /// Open the export `name` for `client` (who connected: an address or a pid, for
+    /// listing who has an export open). A `NotFound` error becomes
+    /// `NBD_REP_ERR_UNKNOWN`.
+    async fn open(&self, name: &str, client: &str) -> Result<Arc<dyn Export>>;
 }

@@ -33,14 +33,16 @@ impl Server {
         self
     }
 
-    /// Serve one accepted connection to completion. Garbage from the peer ends the
-    /// connection with an `Err` (never a panic); the caller logs it.
-    pub async fn serve_connection<S>(&self, stream: S) -> io::Result<()>
+    /// Serve one accepted connection from `client` (its address, for listing who has
+    /// an export open) to completion. Garbage from the peer ends the connection with
+    /// an `Err` (never a panic); the caller logs it.
+    pub async fn serve_connection<S>(&self, stream: S, client: &str) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         session::serve(
             stream,
+            client,
             self.exports.as_ref(),
             Arc::clone(&self.metrics),
             &self.limits,
@@ -62,7 +64,7 @@ impl Server {
                     }
                     let me = Arc::clone(&self);
                     tokio::spawn(async move {
-                        if let Err(e) = me.serve_connection(stream).await {
+                        if let Err(e) = me.serve_connection(stream, &peer.to_string()).await {
                             tracing::info!(%peer, "nbd connection ended: {e}");
                         }
                     });
@@ -79,9 +81,14 @@ impl Server {
             match listener.accept().await {
                 Ok((stream, _)) => {
                     errors.reset();
+                    // Unix clients have no address: name them by their process.
+                    let client = match stream.peer_cred().ok().and_then(|c| c.pid()) {
+                        Some(pid) => format!("pid {pid} (unix socket)"),
+                        None => "unix socket".to_string(),
+                    };
                     let me = Arc::clone(&self);
                     tokio::spawn(async move {
-                        if let Err(e) = me.serve_connection(stream).await {
+                        if let Err(e) = me.serve_connection(stream, &client).await {
                             tracing::info!("nbd unix connection ended: {e}");
                         }
                     });

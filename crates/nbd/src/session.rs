@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Serve one connection to completion.
 pub(crate) async fn serve<S>(
     mut stream: S,
+    client: &str,
     exports: &dyn Exports,
     metrics: Arc<Metrics>,
     limits: &Limits,
@@ -23,10 +24,12 @@ where
 {
     // A client that connects and stalls must not hold a task forever; the transmission
     // phase has no such limit because an idle VM disk is legitimate.
-    let negotiated =
-        tokio::time::timeout(limits.handshake_timeout, negotiate(&mut stream, exports))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
+    let negotiated = tokio::time::timeout(
+        limits.handshake_timeout,
+        negotiate(&mut stream, client, exports),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
     match negotiated {
         Some((export, params)) => transmit::run(stream, export, params, metrics, limits).await,
         None => Ok(()),
@@ -40,6 +43,7 @@ fn protocol_error(msg: String) -> io::Error {
 /// Run option haggling. `Ok(None)` when the client aborted.
 async fn negotiate<S>(
     stream: &mut S,
+    client: &str,
     exports: &dyn Exports,
 ) -> io::Result<Option<(Arc<dyn Export>, Negotiated)>>
 where
@@ -68,7 +72,7 @@ where
         let mut data = vec![0u8; head.len as usize];
         stream.read_exact(&mut data).await?;
         let opt = ClientOption::parse(head.code, &data);
-        let (found, opened) = look_up(exports, neg.lookup(&opt)).await;
+        let (found, opened) = look_up(exports, client, neg.lookup(&opt)).await;
         let out = neg.handle(&opt, found);
         stream.write_all(&out.replies).await?;
         stream.flush().await?;
@@ -85,11 +89,15 @@ where
 }
 
 /// Ask the catalogue what the negotiation needs; also return the opened export.
-async fn look_up(exports: &dyn Exports, lookup: Lookup) -> (Found, Option<Arc<dyn Export>>) {
+async fn look_up(
+    exports: &dyn Exports,
+    client: &str,
+    lookup: Lookup,
+) -> (Found, Option<Arc<dyn Export>>) {
     match lookup {
         Lookup::Nothing => (Found::Nothing, None),
         Lookup::List => (Found::List(exports.list().await), None),
-        Lookup::Export { name, description } => match exports.open(&name).await {
+        Lookup::Export { name, description } => match exports.open(&name, client).await {
             Err(e) => (Found::Export(Err(e)), None),
             Ok(export) => {
                 let description = if description {

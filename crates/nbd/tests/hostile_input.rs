@@ -202,7 +202,7 @@ async fn test_stalled_handshake_times_out() {
     };
     let server = drove_nbd::Server::new(fx.exports.clone(), fx.metrics.clone()).with_limits(limits);
     let (mut client, side) = tokio::io::duplex(4096);
-    let h = tokio::spawn(async move { server.serve_connection(side).await });
+    let h = tokio::spawn(async move { server.serve_connection(side, "test").await });
     greet(&mut client).await.unwrap();
     // Say nothing more.
     let err = within(h).await.unwrap().unwrap_err();

@@ -219,7 +219,7 @@ async fn test_tight_limits_still_answer_everything() {
     };
     let server = drove_nbd::Server::new(fx.exports.clone(), fx.metrics.clone()).with_limits(limits);
     let (client, side) = tokio::io::duplex(1 << 20);
-    tokio::spawn(async move { server.serve_connection(side).await });
+    tokio::spawn(async move { server.serve_connection(side, "test").await });
     let mut c = Client::go(client, "d", true, false).await.unwrap();
     // Writes larger than the whole byte budget, and more of them than the slot limit.
     for i in 0..8u64 {

@@ -40,6 +40,8 @@ pub struct Volume {
     lock: WriteLock,
     /// Clients attached through this node.
     attached: AtomicUsize,
+    /// The VDI was deleted (or rolled back): every I/O fails from now on.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 impl Volume {
@@ -59,7 +61,25 @@ impl Volume {
             locks,
             lock: WriteLock::default(),
             attached: AtomicUsize::new(0),
+            gone: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The VDI was deleted or rolled back under its clients: their I/O fails with
+    /// `Gone` from now on (a clone would otherwise go on reading its parent's data,
+    /// and a deleted VDI's collected objects would read as zeros).
+    pub fn set_gone(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+    }
+
+    fn not_gone(&self, info: &VdiInfo) -> Result<()> {
+        if self.gone.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::Gone,
+                format!("VDI '{}' was deleted or rolled back", info.name),
+            ));
+        }
+        Ok(())
     }
 
     /// A client attached.
@@ -205,6 +225,7 @@ impl Volume {
     /// Read `len` bytes at `offset`; objects are read in parallel.
     pub async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
         let (info, parents) = self.view();
+        self.not_gone(&info)?;
         Self::check(&info, offset, u64::from(len))?;
         let ex = extents(u64::from(info.object_size), offset, u64::from(len));
         if ex.len() == 1 {
@@ -420,6 +441,7 @@ impl Volume {
     /// Write `data` at `offset` on every replica; with `fua`, durably.
     pub async fn write(self: &Arc<Self>, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         let info = self.info();
+        self.not_gone(&info)?;
         Self::read_only(&info)?;
         Self::check(&info, offset, data.len() as u64)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
@@ -438,6 +460,7 @@ impl Volume {
     /// Make `[offset, offset+len)` read as zeros (also used for TRIM).
     pub async fn write_zeroes(self: &Arc<Self>, offset: u64, len: u64, fua: bool) -> Result<()> {
         let info = self.info();
+        self.not_gone(&info)?;
         Self::read_only(&info)?;
         Self::check(&info, offset, len)?;
         let (generation, _in_flight) = self.write_generation(&info).await?;
@@ -467,6 +490,7 @@ impl Volume {
     /// Make every acknowledged write durable on every replica.
     pub async fn flush(&self) -> Result<()> {
         let info = self.info();
+        self.not_gone(&info)?;
         let oids: Vec<ObjectId> = std::mem::take(&mut *self.dirty.lock())
             .into_iter()
             .collect();
@@ -485,6 +509,7 @@ impl Volume {
     /// written is a hole. Runs of equal state are merged.
     pub async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Allocation>> {
         let (info, parents) = self.view();
+        self.not_gone(&info)?;
         Self::check(&info, offset, len)?;
         let ex = extents(u64::from(info.object_size), offset, len);
         let flags = if info.parent.is_none() {

@@ -118,7 +118,15 @@ fn test_delete_of_a_snapshot_with_clones_names_them() {
     let mut s = state();
     vdi(snapshot(&mut s, "base", "gold", 1, 200_000));
     vdi(clone(&mut s, "gold", "c1"));
-    let del = |s: &mut MetaState, n: &str| s.apply(&Command::DeleteVdi { name: n.into() }, 300);
+    let del = |s: &mut MetaState, n: &str| {
+        s.apply(
+            &Command::DeleteVdi {
+                name: n.into(),
+                force: false,
+            },
+            300,
+        )
+    };
     let (kind, msg) = del(&mut s, "gold").unwrap_err();
     assert_eq!(kind, ErrorKind::Locked);
     assert!(msg.contains("c1") && msg.contains("base"), "{msg}");

@@ -137,11 +137,23 @@ fn test_delete_is_refused_while_locked_and_allowed_after_expiry() {
     let mut s = state();
     lock_of(acquire(&mut s, 1, 1_000_000));
     let (kind, msg) = s
-        .apply(&Command::DeleteVdi { name: "vm".into() }, 1_005)
+        .apply(
+            &Command::DeleteVdi {
+                name: "vm".into(),
+                force: false,
+            },
+            1_005,
+        )
         .unwrap_err();
     assert_eq!(kind, ErrorKind::Locked);
     assert!(msg.contains("in use"), "{msg}");
-    s.apply(&Command::DeleteVdi { name: "vm".into() }, 1_011)
-        .unwrap();
+    s.apply(
+        &Command::DeleteVdi {
+            name: "vm".into(),
+            force: false,
+        },
+        1_011,
+    )
+    .unwrap();
     assert!(s.locks.is_empty());
 }

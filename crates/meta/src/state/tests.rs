@@ -227,6 +227,7 @@ fn test_vdi_ids_are_never_reused() {
     s.apply(
         &Command::DeleteVdi {
             name: "a".to_string(),
+            force: false,
         },
         0,
     )
@@ -339,6 +340,7 @@ fn test_delete_unknown_vdi_is_not_found() {
     let (kind, msg) = err_of(s.apply(
         &Command::DeleteVdi {
             name: "nope".to_string(),
+            force: false,
         },
         0,
     ));

@@ -36,7 +36,7 @@ impl Fixture {
     pub fn connect(&self) -> (DuplexStream, JoinHandle<io::Result<()>>) {
         let (client, server_side) = tokio::io::duplex(1 << 20);
         let server = Arc::clone(&self.server);
-        let h = tokio::spawn(async move { server.serve_connection(server_side).await });
+        let h = tokio::spawn(async move { server.serve_connection(server_side, "test").await });
         (client, h)
     }
 

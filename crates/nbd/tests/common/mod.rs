@@ -181,7 +181,7 @@ impl Exports for MemExports {
             .collect())
     }
 
-    async fn open(&self, name: &str) -> Result<Arc<dyn Export>> {
+    async fn open(&self, name: &str, _client: &str) -> Result<Arc<dyn Export>> {
         match lock(&self.map).get(name) {
             Some((e, _)) => Ok(Arc::clone(e) as Arc<dyn Export>),
             None => Err(Error::not_found(format!("no export named '{name}'"))),

@@ -1,0 +1,127 @@
+//! Who has a VDI open, cluster-wide: every node lists the NBD clients attached
+//! through it (`GET /api/local/vdis/{name}/clients`), and any node gathers those
+//! lists from the up nodes (`GET /api/vdis/{name}/clients`). Nothing of this goes
+//! through the metadata: attaching costs no Raft commit. Deleting a VDI asks first
+//! and refuses while anyone has it open.
+use axum::extract::{Path, State};
+use axum::Json;
+use drove_types::{Error, NodeId, NodeState, Result};
+use futures::future::join_all;
+use std::time::Duration;
+
+use crate::admin::{Admin, ApiResult};
+use crate::api::{Client, VdiClients};
+
+/// How long a node is given to list its clients.
+const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `GET /api/local/vdis/{name}/clients`: the clients attached through this node.
+pub(crate) async fn local_clients(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<Vec<Client>> {
+    Ok(Json(a.exports.clients_of(&name)))
+}
+
+/// `GET /api/vdis/{name}/clients`: the clients attached through every up node.
+pub(crate) async fn all_clients(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+) -> ApiResult<VdiClients> {
+    a.find_vdi(&name)?;
+    Ok(Json(gather(&a, &name).await))
+}
+
+/// Ask every up node (this one directly) which clients have `name` open; nodes that
+/// do not answer are listed as such.
+pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
+    let me = a.meta.node_id();
+    let state = a.meta.state();
+    let others: Vec<(NodeId, String)> = state
+        .map
+        .nodes
+        .values()
+        .filter(|n| n.id != me && n.state == NodeState::Up)
+        .map(|n| (n.id, n.admin_addr.clone()))
+        .collect();
+    let http = &a.http;
+    let asks = others.into_iter().map(|(id, addr)| async move {
+        let url = format!("http://{addr}/api/local/vdis/{}/clients", encode(name));
+        let res: Result<Vec<Client>> = async {
+            let resp = http
+                .get(&url)
+                .timeout(ASK_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| Error::unavailable(format!("{url}: {e}")))?;
+            if !resp.status().is_success() {
+                return Err(Error::unavailable(format!(
+                    "{url} answered {}",
+                    resp.status()
+                )));
+            }
+            resp.json()
+                .await
+                .map_err(|e| Error::unavailable(format!("{url}: bad answer: {e}")))
+        }
+        .await;
+        (id, res)
+    });
+    let mut out = VdiClients {
+        clients: a.exports.clients_of(name),
+        unreachable: Vec::new(),
+    };
+    for (id, res) in join_all(asks).await {
+        match res {
+            Ok(list) => out
+                .clients
+                .extend(list.into_iter().filter(|c| c.node == id)),
+            Err(e) => {
+                tracing::warn!(node = %id, "cannot list its clients of VDI '{name}': {e}");
+                out.unreachable.push(id);
+            }
+        }
+    }
+    out.clients
+        .sort_by(|x, y| (x.node, &x.client).cmp(&(y.node, &y.client)));
+    out
+}
+
+/// Percent-encode a VDI name for a URL path (names are checked to be plain, but a
+/// name is never trusted to be).
+fn encode(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Refuse to delete `name` while a client has it open (or a node that may have one
+/// does not answer), naming them.
+pub(crate) async fn refuse_if_open(a: &Admin, name: &str) -> Result<()> {
+    let found = gather(a, name).await;
+    if found.clients.is_empty() && found.unreachable.is_empty() {
+        return Ok(());
+    }
+    let mut who: Vec<String> = found
+        .clients
+        .iter()
+        .map(|c| format!("{} through node {}", c.client, c.node))
+        .collect();
+    who.extend(
+        found
+            .unreachable
+            .iter()
+            .map(|n| format!("maybe clients of node {n}, which did not answer")),
+    );
+    Err(Error::new(
+        drove_types::ErrorKind::Locked,
+        format!(
+            "VDI '{name}' is open: {}. Detach them first, or delete anyway with --force \
+             (their I/O then fails)",
+            who.join("; ")
+        ),
+    ))
+}
