@@ -128,8 +128,11 @@ async fn list_vdis(State(a): State<Admin>) -> ApiResult<Vec<VdiInfo>> {
 }
 
 fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
+    let state = a.meta.state();
     api::VdiDetail {
-        lock: a.meta.state().locks.get(&info.id).cloned(),
+        lock: state.locks.get(&info.id).cloned(),
+        lock_generation: state.lock_generations.get(&info.id).copied().unwrap_or(0),
+        settled_generation: state.settled.get(&info.id).copied().unwrap_or(0),
         objects: info.object_count(),
         nbd_tcp: format!("nbd://{}/{}", a.nbd_tcp, info.name),
         nbd_unix: format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket),

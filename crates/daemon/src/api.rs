@@ -114,6 +114,13 @@ pub struct VdiDetail {
     pub nbd_unix: String,
     /// The write lock, when a gateway holds one.
     pub lock: Option<VdiLock>,
+    /// The newest lock generation handed out (0: never written through a lock).
+    #[serde(default)]
+    pub lock_generation: u64,
+    /// The newest generation whose writes are known identical on every replica;
+    /// below `lock_generation - 1`, the next holder repairs first.
+    #[serde(default)]
+    pub settled_generation: u64,
 }
 
 /// One client that has a VDI open through a node.

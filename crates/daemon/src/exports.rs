@@ -5,15 +5,19 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use drove_meta::Meta;
 use drove_nbd::{Export, Exports, Extent};
-use drove_replica::{Gateway, Membership, Recoverer};
-use drove_types::{format_size, Error, Result, VdiInfo};
+use drove_replica::Gateway;
+use drove_types::{format_size, Error, ErrorKind, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::locks::{now_ms, MetaMembership};
+use crate::locks::now_ms;
+
+/// How long an attach waits for another node's post-crash repair of the VDI.
+const SETTLE_PATIENCE: Duration = Duration::from_secs(20);
 
 /// The exports of this node: the VDI table, opened lazily.
 pub struct VdiExports {
@@ -21,7 +25,6 @@ pub struct VdiExports {
     gateway: Arc<Gateway>,
     locks: Arc<dyn LockService>,
     volumes: Mutex<HashMap<String, Arc<Volume>>>,
-    recoverer: std::sync::OnceLock<Arc<Recoverer>>,
     /// The clients attached through this node, by connection.
     clients: Arc<Mutex<BTreeMap<u64, Attached>>>,
     next_client: AtomicU64,
@@ -43,105 +46,110 @@ impl VdiExports {
             gateway,
             locks,
             volumes: Mutex::new(HashMap::new()),
-            recoverer: std::sync::OnceLock::new(),
             clients: Arc::default(),
             next_client: AtomicU64::new(1),
         })
     }
 
-    /// The engine that makes replicas identical after a gateway crash.
-    pub fn set_recoverer(&self, r: Arc<Recoverer>) {
-        let _ = self.recoverer.set(r);
+    /// Before VDI `info` is served here, the writes of every earlier lock holder
+    /// must be settled (identical on every replica; see [`crate::settle`]).
+    /// - Settled, or a live gateway holds the lock with its predecessors settled (a
+    ///   second attachment: it reads, or asks for a hand-over): serve.
+    /// - A live gateway holds it and is still repairing: wait for its record.
+    /// - The holder died (no lease, a lease no one renews, an earlier run of this
+    ///   node): wait out its lease, take the lock (which repairs first), and give it
+    ///   back unless a client here writes.
+    pub async fn settle_crashed_writer(&self, info: &VdiInfo) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + SETTLE_PATIENCE;
+        let mut rx = self.meta.watch();
+        loop {
+            let state = self.meta.state();
+            let generation = state.lock_generations.get(&info.id).copied().unwrap_or(0);
+            let settled = state.settled.get(&info.id).copied().unwrap_or(0);
+            if settled >= generation {
+                return Ok(());
+            }
+            let lock = state.locks.get(&info.id).cloned();
+            let me = self.meta.node_id();
+            let held_here = self.volume(&info.name).is_some_and(|v| v.holds_lock());
+            if let Some(l) = &lock {
+                if l.owner == me && held_here {
+                    return Ok(());
+                }
+                if l.owner != me && self.holder_is_live(&state, l).await {
+                    if settled.saturating_add(1) >= l.generation {
+                        return Ok(());
+                    }
+                    // It took the lock to repair: wait for its record.
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::unavailable(format!(
+                            "VDI '{}' is being repaired by node {} after a gateway crash; try again shortly",
+                            info.name, l.owner
+                        )));
+                    }
+                    let _ =
+                        tokio::time::timeout(left.min(Duration::from_millis(500)), rx.changed())
+                            .await;
+                    continue;
+                }
+                let now = now_ms();
+                if l.expires_ms > now {
+                    let wait = Duration::from_millis(l.expires_ms - now);
+                    tracing::info!(vdi = %info.name, holder = %l.owner, ?wait, "waiting for a dead gateway's lease");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            // Taking the lock repairs first (MetaLocks::acquire).
+            match self.locks.acquire(info).await {
+                Ok(lease) => {
+                    let writing_here = self.volume(&info.name).is_some_and(|v| v.holds_lock());
+                    if !writing_here {
+                        // Released cleanly, the repaired state counts as settled.
+                        if let Err(e) = self.locks.release(info, lease.generation).await {
+                            tracing::warn!(vdi = %info.name, "releasing the lock taken for the repair failed (it will expire): {e}");
+                        }
+                    }
+                    return Ok(());
+                }
+                // Another node took the VDI over meanwhile: judge again.
+                Err(e) if e.kind() == ErrorKind::Locked => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // No metadata majority: nobody can write the VDI, so serve reads as
+                // they are (replicas may differ only where no FLUSH covered the dead
+                // gateway's writes) rather than refuse them. The record stays
+                // unsettled, so the next attach that can take the lock repairs.
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                    tracing::warn!(vdi = %info.name, "serving without the post-crash repair: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    /// A gateway that died while writing `info` left a lock it never released, and
-    /// its replicas may differ where no FLUSH covered its writes. Before the VDI is
-    /// served again here: wait out that lease (its holder is down or gone quiet) and
-    /// make every object's replicas identical. A lock held by a live gateway is left
-    /// alone: that is a normal second attachment (reads only, or a hand-over).
-    pub async fn settle_crashed_writer(&self, info: &VdiInfo) -> Result<()> {
-        let state = self.meta.state();
-        let Some(lock) = state.locks.get(&info.id).cloned() else {
-            return Ok(());
-        };
-        let me = self.meta.node_id();
-        let holder_up = state
+    /// Whether `lock`'s holder is a live gateway: its lease runs, the map has it up
+    /// and it answers. One that does not answer may have died a moment ago, before
+    /// the failure detector noticed.
+    async fn holder_is_live(
+        &self,
+        state: &drove_meta::MetaState,
+        lock: &drove_meta::VdiLock,
+    ) -> bool {
+        let up = state
             .map
             .node(lock.owner)
             .is_some_and(|n| n.state == drove_types::NodeState::Up);
-        let now = now_ms();
-        let expired = lock.expires_ms <= now;
-        if lock.owner == me {
-            return Ok(());
+        if !up || lock.expires_ms <= now_ms() {
+            return false;
         }
-        // A holder that is up and answers is a live gateway (a second attachment is
-        // fine: it reads, or asks for a hand-over). One that does not answer may have
-        // died a moment ago, before the failure detector noticed.
-        let answers = tokio::time::timeout(
-            std::time::Duration::from_secs(1),
-            self.gateway.ping(lock.owner),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok());
-        if holder_up && !expired && answers {
-            return Ok(());
-        }
-        if !expired {
-            let wait = std::time::Duration::from_millis(lock.expires_ms.saturating_sub(now_ms()));
-            tracing::info!(vdi = %info.name, holder = %lock.owner, ?wait, "waiting for a dead gateway's lease");
-            tokio::time::sleep(wait).await;
-        }
-        let Some(r) = self.recoverer.get() else {
-            return Ok(());
-        };
-        // Hold the VDI's lock for the repair: the old holder cannot renew its lease
-        // and write behind it. The lock stays with this node for its clients (it
-        // expires if none writes).
-        match self.locks.acquire(info).await {
-            Ok(_) => {}
-            // Another node took the VDI over meanwhile; it made the replicas identical.
-            Err(e) if e.kind() == drove_types::ErrorKind::Locked => return Ok(()),
-            // No metadata majority: nobody can write the VDI, so serve reads as they
-            // are (replicas may differ only where no FLUSH covered the dead gateway's
-            // writes) rather than refuse them.
-            Err(e) if e.kind() == drove_types::ErrorKind::Unavailable => {
-                tracing::warn!(vdi = %info.name, "serving without the post-crash repair: {e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-        let report = r.check(info, true).await?;
-        // Replicas that did not answer were not repaired: mark them down, so they
-        // recover every copy before serving again.
-        let silent: std::collections::BTreeSet<drove_types::NodeId> = report
-            .mismatched
-            .iter()
-            .flat_map(|m| {
-                m.replicas
-                    .iter()
-                    .filter(|v| v.digest.is_none())
-                    .map(|v| v.node)
-            })
-            .collect();
-        if !silent.is_empty() {
-            let why = format!("did not answer the post-crash check of VDI '{}'", info.name);
-            MetaMembership(self.meta.clone())
-                .mark_down(silent.into_iter().collect(), why)
-                .await?;
-        }
-        let fixed = report.mismatched.iter().filter(|m| m.repaired).count();
-        tracing::info!(
-            vdi = %info.name, objects = report.objects, differing = report.mismatched.len(),
-            repaired = fixed, "replicas made identical after the previous gateway stopped"
-        );
-        if fixed < report.mismatched.len() {
-            return Err(Error::unavailable(format!(
-                "VDI '{}': {} objects have replicas that could not be made identical",
-                info.name,
-                report.mismatched.len() - fixed
-            )));
-        }
-        Ok(())
+        tokio::time::timeout(Duration::from_secs(1), self.gateway.ping(lock.owner))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The clients that have VDI `name` open through this node.

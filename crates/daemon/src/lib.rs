@@ -17,6 +17,7 @@ mod exports;
 mod lineage;
 mod locks;
 mod node;
+mod settle;
 mod watch;
 
 pub use config::NodeConfig;

@@ -7,15 +7,24 @@ use drove_volume::{Lease, LockService};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Locks held by this node.
+use crate::settle::Settler;
+
+/// Locks held by this node. A lock granted while an earlier holder's writes are
+/// unsettled is handed out only once the replicas are made identical (see
+/// [`crate::settle`]).
 pub struct MetaLocks {
     meta: Arc<Meta>,
     lease: Duration,
+    settler: Arc<Settler>,
 }
 
 impl MetaLocks {
-    pub fn new(meta: Arc<Meta>, lease: Duration) -> Arc<Self> {
-        Arc::new(MetaLocks { meta, lease })
+    pub fn new(meta: Arc<Meta>, lease: Duration, settler: Arc<Settler>) -> Arc<Self> {
+        Arc::new(MetaLocks {
+            meta,
+            lease,
+            settler,
+        })
     }
 }
 
@@ -37,14 +46,18 @@ impl LockService for MetaLocks {
                 node: self.meta.node_id(),
                 now_ms: now_ms(),
                 lease_ms: self.lease.as_millis() as u64,
+                incarnation: self.meta.incarnation(),
             })
             .await?;
         match reply {
-            Reply::Lock(l) => Ok(Lease {
-                generation: l.generation,
-                duration: self.lease,
-                vdi: l.vdi,
-            }),
+            Reply::Lock(l) => {
+                self.settler.after_grant(&l).await?;
+                Ok(Lease {
+                    generation: l.generation,
+                    duration: self.lease,
+                    vdi: l.vdi,
+                })
+            }
             other => Err(Error::new(
                 ErrorKind::Io,
                 format!("Unexpected reply to a lock request: {other:?}"),

@@ -92,9 +92,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     );
     gateway.set_membership(Arc::new(crate::locks::MetaMembership(meta.clone())));
     let recoverer = Recoverer::new(me, local.clone(), pool.clone());
-    let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease);
+    let settler = crate::settle::Settler::new(meta.clone(), cfg.lock_lease);
+    settler.set_recoverer(recoverer.clone());
+    let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease, settler);
     let exports = VdiExports::new(meta.clone(), gateway, locks);
-    exports.set_recoverer(recoverer.clone());
 
     let admin_router = meta.router().merge(admin::router(Admin {
         meta: meta.clone(),

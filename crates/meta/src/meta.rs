@@ -257,6 +257,12 @@ impl Meta {
         self.cluster
     }
 
+    /// This run of the node's process (random at every start): locks it takes carry
+    /// it, so a restarted node never renews a lock its previous run held.
+    pub fn incarnation(&self) -> u64 {
+        self.client_id
+    }
+
     /// The HTTP routes of the metadata service, under `/raft/` (Raft RPCs) and
     /// `/meta/` (forwarded writes, joins); the daemon merges them into its admin router.
     pub fn router(self: &Arc<Self>) -> axum::Router {

@@ -79,6 +79,11 @@ pub struct VdiLock {
     /// the lock to it, and a gateway that learns the new id from the lock writes there.
     #[serde(default)]
     pub vdi: VdiId,
+    /// Which run of the owner's process holds it (random per start): a node that
+    /// restarted is not the holder that may have died mid-write, so it cannot renew
+    /// the old lease and gets a new generation once it ends.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// Everything the metadata holds.
@@ -100,6 +105,12 @@ pub struct MetaState {
     pub locks: BTreeMap<VdiId, VdiLock>,
     /// The last lock generation handed out for each VDI (kept after release).
     pub lock_generations: BTreeMap<VdiId, u64>,
+    /// Per VDI, the newest lock generation whose writes are known identical on every
+    /// replica: released cleanly after a flush, or repaired by the next holder after
+    /// a crash. A holder of generation G whose predecessors are not all settled
+    /// (settled < G - 1) must make the replicas identical before serving the VDI.
+    #[serde(default)]
+    pub settled: BTreeMap<VdiId, u64>,
 }
 
 impl Default for MetaState {
@@ -113,6 +124,7 @@ impl Default for MetaState {
             settings: Settings::default(),
             locks: BTreeMap::new(),
             lock_generations: BTreeMap::new(),
+            settled: BTreeMap::new(),
         }
     }
 }
@@ -210,6 +222,19 @@ pub enum Command {
         now_ms: u64,
         /// Lease length in milliseconds.
         lease_ms: u64,
+        /// The asking process's run (see [`VdiLock::incarnation`]).
+        #[serde(default)]
+        incarnation: u64,
+    },
+    /// The holder of `vdi`'s lock at `generation` made every object's replicas
+    /// identical: the writes of every earlier generation are settled.
+    MarkSettled {
+        /// The VDI id.
+        vdi: VdiId,
+        /// The holder.
+        node: NodeId,
+        /// The generation it holds.
+        generation: u64,
     },
     /// Give a lock up (idempotent: a lock no longer held with that generation is left).
     ReleaseLock {
@@ -465,7 +490,26 @@ impl MetaState {
                 node,
                 now_ms,
                 lease_ms,
-            } => self.acquire_lock(vdi, *node, *now_ms, *lease_ms),
+                incarnation,
+            } => self.acquire_lock(vdi, *node, *incarnation, *now_ms, *lease_ms),
+            Command::MarkSettled {
+                vdi,
+                node,
+                generation,
+            } => {
+                match self.locks.get(vdi) {
+                    Some(l) if l.owner == *node && l.generation == *generation => {}
+                    _ => return Err((
+                        ErrorKind::Fenced,
+                        format!(
+                            "Node {node} does not hold lock generation {generation} of VDI {vdi}"
+                        ),
+                    )),
+                }
+                let s = self.settled.entry(*vdi).or_insert(0);
+                *s = (*s).max(generation.saturating_sub(1));
+                Ok(Reply::Done)
+            }
             Command::ReleaseLock {
                 vdi,
                 node,
@@ -475,6 +519,12 @@ impl MetaState {
                 if let Some(l) = self.locks.get(&id) {
                     if l.owner == *node && l.generation == *generation {
                         self.locks.remove(&id);
+                        // The holder flushed before releasing: its writes are settled,
+                        // if every earlier generation's were.
+                        let s = self.settled.entry(id).or_insert(0);
+                        if s.saturating_add(1) >= *generation {
+                            *s = (*s).max(*generation);
+                        }
                     }
                 }
                 Ok(Reply::Done)
@@ -515,11 +565,18 @@ impl MetaState {
         }
     }
 
-    fn acquire_lock(&mut self, vdi: &str, node: NodeId, now_ms: u64, lease_ms: u64) -> ApplyResult {
+    fn acquire_lock(
+        &mut self,
+        vdi: &str,
+        node: NodeId,
+        incarnation: u64,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> ApplyResult {
         let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
         let expires_ms = now_ms.saturating_add(lease_ms);
         if let Some(l) = self.locks.get_mut(&id) {
-            if l.owner == node {
+            if l.owner == node && l.incarnation == incarnation {
                 if l.handover_to.is_some() {
                     return Err((
                         ErrorKind::Locked,
@@ -531,6 +588,10 @@ impl MetaState {
             }
             if l.expires_ms > now_ms {
                 let hint = match l.handover_to {
+                    _ if l.owner == node => {
+                        "it was taken by an earlier run of this node; its lease must end first"
+                            .to_string()
+                    }
                     Some(to) if to == node => "a hand-over to this node is under way".to_string(),
                     _ => format!("ask for a hand-over: drove vdi handover {vdi} --to {node}"),
                 };
@@ -552,6 +613,7 @@ impl MetaState {
             expires_ms,
             handover_to: None,
             vdi: id,
+            incarnation,
         };
         self.locks.insert(id, lock.clone());
         Ok(Reply::Lock(lock))

@@ -131,6 +131,9 @@ impl MetaState {
         if let Some(&g) = self.lock_generations.get(&old.id) {
             self.lock_generations.insert(id, g);
         }
+        if let Some(&s) = self.settled.get(&old.id) {
+            self.settled.insert(id, s);
+        }
         self.vdis.insert(snap.to_string(), frozen);
         self.vdis.insert(name.to_string(), live.clone());
         Ok(Reply::Vdi(live))

@@ -70,6 +70,7 @@ fn test_snapshot_moves_the_writers_lock_and_refuses_other_nodes() {
         node: NodeId(2),
         now_ms: 1_000_000,
         lease_ms: 10_000,
+        incarnation: 0,
     };
     s.apply(&acquire, 1_000).unwrap();
     let (kind, msg) = snapshot(&mut s, "base", "s1", 1, 1_001_000).unwrap_err();
@@ -208,6 +209,7 @@ fn test_rollback_gives_a_fresh_child_of_an_ancestor_snapshot() {
             node: NodeId(1),
             now_ms: 399_000,
             lease_ms: 10_000,
+            incarnation: 0,
         },
         399,
     )

@@ -29,15 +29,89 @@ pub(super) fn state_with(name: &str) -> MetaState {
 }
 
 fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
+    acquire_as(s, node, 0, now_ms)
+}
+
+/// Acquire for `node`'s run `incarnation`.
+fn acquire_as(s: &mut MetaState, node: u64, incarnation: u64, now_ms: u64) -> ApplyResult {
     s.apply(
         &Command::AcquireLock {
             vdi: "vm".into(),
             node: NodeId(node),
             now_ms,
             lease_ms: 10_000,
+            incarnation,
         },
         now_ms / 1000,
     )
+}
+
+fn release(s: &mut MetaState, node: u64, generation: u64) {
+    s.apply(
+        &Command::ReleaseLock {
+            vdi: "vm".into(),
+            node: NodeId(node),
+            generation,
+        },
+        0,
+    )
+    .unwrap();
+}
+
+fn settled(s: &MetaState) -> u64 {
+    s.settled.get(&s.vdis["vm"].id).copied().unwrap_or(0)
+}
+
+#[test]
+fn test_a_clean_release_settles_a_crash_does_not_until_the_next_holder_repairs() {
+    let mut s = state();
+    let id = s.vdis["vm"].id;
+    let l1 = lock_of(acquire(&mut s, 1, 1_000_000));
+    release(&mut s, 1, l1.generation);
+    assert_eq!(settled(&s), 1, "flushed and released");
+    // Holder 2 dies mid-write: its lease runs out unreleased.
+    let l2 = lock_of(acquire(&mut s, 2, 1_001_000));
+    assert_eq!(settled(&s), 1);
+    // Holder 3 takes over: generation 2 is not settled until it repairs.
+    let l3 = lock_of(acquire(&mut s, 3, 1_020_000));
+    assert_eq!(l3.generation, l2.generation + 1);
+    assert_eq!(settled(&s), 1);
+    // Only the holder of that generation may record the repair.
+    let mark = |node, generation| Command::MarkSettled {
+        vdi: id,
+        node: NodeId(node),
+        generation,
+    };
+    assert_eq!(s.apply(&mark(2, 2), 0).unwrap_err().0, ErrorKind::Fenced);
+    assert_eq!(s.apply(&mark(3, 2), 0).unwrap_err().0, ErrorKind::Fenced);
+    s.apply(&mark(3, 3), 0).unwrap();
+    assert_eq!(settled(&s), 2, "every generation before 3");
+    release(&mut s, 3, 3);
+    assert_eq!(settled(&s), 3);
+    // A holder that releases without its predecessors settled settles nothing: the
+    // repair it skipped is still owed.
+    let l4 = lock_of(acquire(&mut s, 1, 1_040_000));
+    let l5 = lock_of(acquire(&mut s, 2, 1_060_000));
+    release(&mut s, 2, l5.generation);
+    assert_eq!((l4.generation, settled(&s)), (4, 3));
+}
+
+#[test]
+fn test_a_restarted_node_cannot_renew_its_earlier_runs_lock() {
+    let mut s = state();
+    let l = lock_of(acquire_as(&mut s, 1, 111, 1_000_000));
+    // Node 1 restarts (new incarnation 222): the old run may have died mid-write.
+    let (kind, msg) = acquire_as(&mut s, 1, 222, 1_005_000).unwrap_err();
+    assert_eq!(kind, ErrorKind::Locked);
+    assert!(msg.contains("earlier run of this node"), "{msg}");
+    // Once the old lease ends it gets a new generation, owing the repair.
+    let l2 = lock_of(acquire_as(&mut s, 1, 222, 1_010_001));
+    assert_eq!(l2.generation, l.generation + 1);
+    assert_eq!(l2.incarnation, 222);
+    assert_eq!(settled(&s), 0);
+    // The same run renews as before.
+    let l3 = lock_of(acquire_as(&mut s, 1, 222, 1_012_000));
+    assert_eq!(l3.generation, l2.generation);
 }
 
 fn lock_of(r: ApplyResult) -> VdiLock {
