@@ -13,6 +13,7 @@ mod up;
 mod vdi_cmd;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 
 /// Replicated, WAN-aware block storage for virtual-machine disks.
 #[derive(Parser)]
@@ -49,8 +50,34 @@ enum Cmd {
     Bench(bench_cmd::BenchCmd),
 }
 
+/// Let a closed stdout or stderr end this process the way it ends `ls` or `grep`:
+/// quietly, by SIGPIPE. Rust ignores SIGPIPE before `main`, so a write to a closed
+/// pipe (`drove cluster status | head -1`) returns EPIPE and `println!` panics
+/// (exit 101). Restoring the default action covers every print at once, clap's and
+/// the error line's included, where handling EPIPE would need every print site to
+/// be fallible. Not for `drove node run`: the daemon writes to sockets that peers
+/// may close at any time, and one dead connection must never kill it (it keeps
+/// SIGPIPE ignored and handles EPIPE as an error). Not for `drove bench` while it
+/// runs: it owns child processes (nodes, proxies, fio) that only its own cleanup
+/// stops; it restores the default itself once they are gone (`bench_cmd`).
+fn sigpipe_ends_quietly(cmd: &Cmd) -> bool {
+    !matches!(cmd, Cmd::Node(node_cmd::NodeCmd::Run(_)) | Cmd::Bench(_))
+}
+
+/// Restore SIGPIPE's default action (end the process) for the rest of its life.
+pub fn restore_sigpipe() {
+    // SAFETY: SIG_DFL installs no handler code (nothing runs in signal context); it
+    // only changes what a later SIGPIPE does.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    if sigpipe_ends_quietly(&cli.cmd) {
+        restore_sigpipe();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,7 +100,9 @@ fn main() {
         }
     });
     if let Err(e) = res {
-        eprintln!("error: {e:#}");
+        // Not eprintln!: under `node run` and `bench` SIGPIPE is ignored, and a
+        // closed stderr must not turn the error into a panic.
+        let _ = writeln!(std::io::stderr(), "error: {e:#}");
         std::process::exit(1);
     }
 }
