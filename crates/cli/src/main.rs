@@ -1,5 +1,6 @@
 //! `drove`: one binary for the node daemon and every admin command. This file only
 //! parses arguments and dispatches; each subcommand group lives in its own module.
+mod addr;
 mod bench_cmd;
 mod client;
 mod cluster_cmd;
@@ -12,14 +13,16 @@ mod transfer;
 mod up;
 mod vdi_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::io::Write;
 
 /// Replicated, WAN-aware block storage for virtual-machine disks.
 #[derive(Parser)]
 #[command(name = "drove", version, about, long_about = None)]
 struct Cli {
-    /// Admin address (host:port) of any node; defaults to $DROVE_CLUSTER, then 127.0.0.1:7000.
+    /// Admin address of any node: host, host:port, http://host[:port] or [IPv6]:port
+    /// (port 7000 when left out); defaults to $DROVE_CLUSTER, then 127.0.0.1:7000.
     #[arg(long, global = true, env = "DROVE_CLUSTER")]
     cluster: Option<String>,
     /// Print JSON instead of tables.
@@ -73,8 +76,22 @@ pub fn restore_sigpipe() {
     }
 }
 
+/// The cluster address and where it came from (clap knows whether the flag or the
+/// variable gave it), parsed; a bad one is an error only for commands that use it.
+fn cluster_addr(m: &clap::ArgMatches, given: Option<&str>) -> Result<addr::ClusterAddr, String> {
+    let source = match m.value_source("cluster") {
+        Some(ValueSource::EnvVariable) => addr::Source::Env,
+        _ => addr::Source::Flag,
+    };
+    match given {
+        Some(g) => addr::ClusterAddr::parse(g, source),
+        None => addr::ClusterAddr::parse(addr::DEFAULT_CLUSTER, addr::Source::Default),
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if sigpipe_ends_quietly(&cli.cmd) {
         restore_sigpipe();
     }
@@ -88,7 +105,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let ctx = client::Ctx::new(cli.cluster, cli.json);
+    let ctx = client::Ctx::new(cluster_addr(&matches, cli.cluster.as_deref()), cli.json);
     let res = rt.block_on(async move {
         match cli.cmd {
             Cmd::Node(c) => node_cmd::run(c, &ctx).await,

@@ -53,7 +53,8 @@ pub struct RunArgs {
     /// NBD TCP address [default: listen port + 2].
     #[arg(long)]
     pub nbd_listen: Option<SocketAddr>,
-    /// Admin address of a member to join (first start only; a restart rejoins by itself).
+    /// Admin address of a member to join: host[:port] or http://host[:port] (port
+    /// 7000 when left out). First start only; a restart rejoins by itself.
     #[arg(long)]
     pub join: Option<String>,
     /// Placement weight (relative capacity).
@@ -143,7 +144,12 @@ async fn run_node(a: RunArgs) -> Result<()> {
             Some(p) => p,
             None => offset(a.listen, 2)?,
         },
-        join: a.join,
+        join: match &a.join {
+            Some(j) => {
+                Some(crate::addr::authority(j).map_err(|why| anyhow!("Bad --join '{j}': {why}"))?)
+            }
+            None => None,
+        },
         max_voters: a.max_voters.max(1),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),

@@ -311,9 +311,9 @@ async fn start_nodes(
             eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
         }
         let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
-        let c2 = Ctx::new(Some(first_admin), ctx.json);
-        let _: drove_daemon::api::Settings = c2
-            .post(
+        let _: drove_daemon::api::Settings = ctx
+            .post_at(
+                &first_admin,
                 "/api/settings",
                 &drove_daemon::api::Settings {
                     default_copies: Some(copies),

@@ -1,5 +1,6 @@
 //! The `drove` command as a shell uses it: output into a pipe the reader closed
-//! early.
+//! early, the forms of `--cluster` / `DROVE_CLUSTER`, and what an unreachable
+//! cluster's error says.
 mod common;
 use common::*;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -65,4 +66,63 @@ fn test_printing_into_a_closed_pipe_does_not_panic() {
         ignores_sigpipe(c.nodes[0].pid),
         "node run must ignore SIGPIPE"
     );
+}
+
+#[test]
+fn test_cluster_given_as_an_http_url_or_with_a_trailing_slash_works() {
+    let c = Cluster::start(1, 1);
+    let admin = &c.nodes[0].admin;
+    for given in [format!("http://{admin}"), format!("http://{admin}/")] {
+        let o = run(Command::new(drove_bin()).args(["cluster", "status", "--cluster", &given]));
+        assert!(o.status.success(), "--cluster {given}: {}", text(&o));
+        let o = run(Command::new(drove_bin())
+            .args(["node", "list"])
+            .env("DROVE_CLUSTER", &given));
+        assert!(o.status.success(), "DROVE_CLUSTER={given}: {}", text(&o));
+    }
+}
+
+/// A command that fails with `needle` in its message, cleanly (exit 1, no panic).
+fn fails_with(o: &std::process::Output, needle: &str) {
+    let t = text(o);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1: {t}");
+    assert!(t.contains(needle), "expected '{needle}' in: {t}");
+    assert!(!t.contains("panicked"), "panic: {t}");
+}
+
+#[test]
+fn test_unreachable_cluster_error_names_the_address_tried_and_its_source() {
+    // Port 1 on loopback: nothing listens there (a privileged port no test uses).
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list", "--cluster", "http://127.0.0.1:1/"])
+        .env_remove("DROVE_CLUSTER"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at 127.0.0.1:1 (from --cluster http://127.0.0.1:1/)",
+    );
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list"])
+        .env("DROVE_CLUSTER", "127.0.0.1:1"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at 127.0.0.1:1 (from DROVE_CLUSTER=127.0.0.1:1)",
+    );
+    // The flag wins over the variable, and says so.
+    let o = run(Command::new(drove_bin())
+        .args(["cluster", "status", "--cluster", "[::1]:1"])
+        .env("DROVE_CLUSTER", "127.0.0.1:7000"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at [::1]:1 (from --cluster [::1]:1)",
+    );
+    // Not an admin address at all: refused before anything is sent.
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list"])
+        .env("DROVE_CLUSTER", "https://127.0.0.1:7000"));
+    fails_with(
+        &o,
+        "Bad DROVE_CLUSTER 'https://127.0.0.1:7000': scheme 'https'",
+    );
+    let o = run(Command::new(drove_bin()).args(["vdi", "list", "--cluster", "127.0.0.1:7000/api"]));
+    fails_with(&o, "Bad --cluster '127.0.0.1:7000/api': '/api' is a path");
 }
