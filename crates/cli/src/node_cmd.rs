@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// 7000 when left out). First start only; a restart rejoins by itself.
     #[arg(long)]
     pub join: Option<String>,
+    /// Seconds a first start keeps trying to reach the --join address (saying so
+    /// every few seconds) before it gives up and exits with an error.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub join_timeout: u64,
     /// Placement weight (relative capacity).
     #[arg(long, default_value_t = 100)]
     pub weight: u32,
@@ -151,6 +155,7 @@ async fn run_node(a: RunArgs) -> Result<()> {
             None => None,
         },
         max_voters: a.max_voters.max(1),
+        join_timeout: std::time::Duration::from_secs(a.join_timeout.max(1)),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
     };
