@@ -126,3 +126,26 @@ fn test_unreachable_cluster_error_names_the_address_tried_and_its_source() {
     let o = run(Command::new(drove_bin()).args(["vdi", "list", "--cluster", "127.0.0.1:7000/api"]));
     fails_with(&o, "Bad --cluster '127.0.0.1:7000/api': '/api' is a path");
 }
+
+#[test]
+fn test_drove_up_nodes_write_a_rotated_log_file_and_keep_stderr_apart() {
+    let c = Cluster::start(1, 1);
+    let n = &c.nodes[0];
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", n.pid)).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let log = std::path::Path::new(&n.data).join("node.log");
+    let at = args.iter().position(|a| a == "--log-file");
+    assert_eq!(
+        at.map(|i| args[i + 1].as_str()),
+        log.to_str(),
+        "node run args: {args:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("node ready"), "node.log:\n{text}");
+    // stdout and stderr have a file of their own (for panics and early errors).
+    let stderr = std::path::Path::new(&n.data).join("node.stderr");
+    assert!(stderr.is_file(), "no {}", stderr.display());
+}
