@@ -26,7 +26,7 @@ if [ -x "$GO" ]; then
     GOBIN= "$GO" install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0
   fi
 else
-  echo "error: Go is not installed (no go on PATH, no /usr/local/go/bin/go): cannot build toxiproxy, the WAN delay proxy of 'drove bench paper'. Install Go (https://go.dev/dl) and run this again; until then 'drove bench paper' and its test report \"not run\"." >&2
+  echo "error: Go is not installed (no go on PATH, no /usr/local/go/bin/go): cannot build toxiproxy, the WAN delay proxy of 'drove bench paper'. Install Go (https://go.dev/dl) and run this again; until then 'drove bench paper' fails and its test fails under CI (CI=true) or reports SKIPPED elsewhere." >&2
 fi
 # matplotlib, for the charts of `drove bench paper` (they are skipped without it). Debian's own
 # python3 refuses a plain pip install (PEP 668): then --break-system-packages, then the package.

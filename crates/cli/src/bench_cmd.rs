@@ -8,6 +8,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use drove_paperbench::config::{parse_duration_ms, parse_parallel, DEFAULT_IODEPTH};
 use drove_paperbench::{Cancel, PaperConfig};
+use std::io::Write;
 use std::path::PathBuf;
 
 use crate::client::{print_json, Ctx};
@@ -97,7 +98,9 @@ fn config(a: PaperArgs) -> Result<PaperConfig> {
 pub async fn run(cmd: BenchCmd, ctx: &Ctx) -> Result<()> {
     let BenchCmd::Paper(a) = cmd;
     let cfg = config(a)?;
-    eprintln!(
+    // Not eprintln!: SIGPIPE is ignored here, and a closed stderr must not panic.
+    let _ = writeln!(
+        std::io::stderr(),
         "drove bench paper: {} zones x {} nodes, X = {:?}, delay {} ms, {} per disk, {} s x {} per point ({} points); output in {}",
         cfg.zones,
         cfg.nodes_per_zone,
@@ -118,17 +121,20 @@ pub async fn run(cmd: BenchCmd, ctx: &Ctx) -> Result<()> {
     let joined = tokio::select! {
         r = &mut task => r,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: stopping everything the benchmark started...");
+            let _ = writeln!(std::io::stderr(), "\ninterrupted: stopping everything the benchmark started...");
             cancel.set();
             task.await
         }
         _ = term.recv() => {
-            eprintln!("\nterminated: stopping everything the benchmark started...");
+            let _ = writeln!(std::io::stderr(), "\nterminated: stopping everything the benchmark started...");
             cancel.set();
             task.await
         }
     };
     let report = joined.map_err(|e| anyhow!("The benchmark thread failed: {e}"))??;
+    // Everything the run started is stopped: a closed stdout may now end this
+    // process quietly, as it ends every other command (see main.rs).
+    crate::restore_sigpipe();
     if ctx.json {
         return print_json(&report);
     }

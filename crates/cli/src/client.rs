@@ -1,4 +1,5 @@
 //! The CLI's side of the admin API: one HTTP client, errors turned into sentences.
+use crate::addr::ClusterAddr;
 use anyhow::{anyhow, Result};
 use drove_daemon::api::ApiError;
 use serde::{de::DeserializeOwned, Serialize};
@@ -6,22 +7,33 @@ use std::time::Duration;
 
 /// Where the cluster is and how to print.
 pub struct Ctx {
-    pub cluster: String,
+    /// The parsed `--cluster` / `DROVE_CLUSTER` / default; a bad one is reported by
+    /// the first command that needs the cluster, so that `drove up` or `node run` do
+    /// not fail on a variable they never read.
+    cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
 }
 
 impl Ctx {
-    pub fn new(cluster: Option<String>, json: bool) -> Self {
+    pub fn new(cluster: std::result::Result<ClusterAddr, String>, json: bool) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(3))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         Ctx {
-            cluster: cluster.unwrap_or_else(|| "127.0.0.1:7000".to_string()),
+            cluster,
             json,
             http,
+        }
+    }
+
+    /// The cluster's admin `host:port`, or why the given address is not one.
+    fn cluster(&self) -> Result<&str> {
+        match &self.cluster {
+            Ok(c) => Ok(&c.authority),
+            Err(e) => Err(anyhow!("{e}")),
         }
     }
 
@@ -30,7 +42,7 @@ impl Ctx {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        self.get_at(&self.cluster, path).await
+        self.get_at(self.cluster()?, path).await
     }
 
     pub async fn get_at<T: DeserializeOwned>(&self, addr: &str, path: &str) -> Result<T> {
@@ -39,13 +51,18 @@ impl Ctx {
     }
 
     pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
-        let resp = self
-            .http
-            .post(self.url(&self.cluster, path))
-            .json(body)
-            .send()
-            .await;
-        self.decode(&self.cluster, resp).await
+        self.post_at(self.cluster()?, path, body).await
+    }
+
+    /// POST to a given node.
+    pub async fn post_at<B: Serialize, T: DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        let resp = self.http.post(self.url(addr, path)).json(body).send().await;
+        self.decode(addr, resp).await
     }
 
     /// POST with a longer timeout than the default (checks, scrubs).
@@ -55,8 +72,8 @@ impl Ctx {
         body: &B,
         timeout: Duration,
     ) -> Result<T> {
-        let addr = self.cluster.clone();
-        self.post_at_long(&addr, path, body, timeout).await
+        self.post_at_long(self.cluster()?, path, body, timeout)
+            .await
     }
 
     /// POST to a given node with a longer timeout than the default.
@@ -78,8 +95,19 @@ impl Ctx {
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let resp = self.http.delete(self.url(&self.cluster, path)).send().await;
-        self.decode(&self.cluster, resp).await
+        let addr = self.cluster()?;
+        let resp = self.http.delete(self.url(addr, path)).send().await;
+        self.decode(addr, resp).await
+    }
+
+    /// How `addr` was chosen, when it is the cluster address the user gave (or
+    /// the default): "from --cluster …", "from DROVE_CLUSTER=…", "the default; …".
+    /// Other addresses come from the cluster map.
+    fn origin(&self, addr: &str) -> String {
+        match &self.cluster {
+            Ok(c) if c.authority == addr => c.origin(),
+            _ => "a node's address in the cluster map".to_string(),
+        }
     }
 
     async fn decode<T: DeserializeOwned>(
@@ -89,7 +117,8 @@ impl Ctx {
     ) -> Result<T> {
         let resp = resp.map_err(|e| {
             anyhow!(
-                "Cannot reach the cluster at {addr} ({}); is a node running there? Set --cluster or DROVE_CLUSTER",
+                "Cannot reach the cluster at {addr} ({}): {}; is a drove node running there?",
+                self.origin(addr),
                 root_cause(&e)
             )
         })?;

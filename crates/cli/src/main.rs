@@ -1,24 +1,32 @@
 //! `drove`: one binary for the node daemon and every admin command. This file only
 //! parses arguments and dispatches; each subcommand group lives in its own module.
+mod addr;
 mod bench_cmd;
 mod client;
 mod cluster_cmd;
 mod heal_cmd;
 mod lineage_cmd;
+mod log_file;
+mod log_limit;
+mod logging;
 mod node_cmd;
+mod procs;
 mod qemu_img;
 mod table;
 mod transfer;
 mod up;
 mod vdi_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::io::Write;
 
 /// Replicated, WAN-aware block storage for virtual-machine disks.
 #[derive(Parser)]
 #[command(name = "drove", version, about, long_about = None)]
 struct Cli {
-    /// Admin address (host:port) of any node; defaults to $DROVE_CLUSTER, then 127.0.0.1:7000.
+    /// Admin address of any node: host, host:port, http://host[:port] or [IPv6]:port
+    /// (port 7000 when left out); defaults to $DROVE_CLUSTER, then 127.0.0.1:7000.
     #[arg(long, global = true, env = "DROVE_CLUSTER")]
     cluster: Option<String>,
     /// Print JSON instead of tables.
@@ -49,8 +57,48 @@ enum Cmd {
     Bench(bench_cmd::BenchCmd),
 }
 
+/// Let a closed stdout or stderr end this process the way it ends `ls` or `grep`:
+/// quietly, by SIGPIPE. Rust ignores SIGPIPE before `main`, so a write to a closed
+/// pipe (`drove cluster status | head -1`) returns EPIPE and `println!` panics
+/// (exit 101). Restoring the default action covers every print at once, clap's and
+/// the error line's included, where handling EPIPE would need every print site to
+/// be fallible. Not for `drove node run`: the daemon writes to sockets that peers
+/// may close at any time, and one dead connection must never kill it (it keeps
+/// SIGPIPE ignored and handles EPIPE as an error). Not for `drove bench` while it
+/// runs: it owns child processes (nodes, proxies, fio) that only its own cleanup
+/// stops; it restores the default itself once they are gone (`bench_cmd`).
+fn sigpipe_ends_quietly(cmd: &Cmd) -> bool {
+    !matches!(cmd, Cmd::Node(node_cmd::NodeCmd::Run(_)) | Cmd::Bench(_))
+}
+
+/// Restore SIGPIPE's default action (end the process) for the rest of its life.
+pub fn restore_sigpipe() {
+    // SAFETY: SIG_DFL installs no handler code (nothing runs in signal context); it
+    // only changes what a later SIGPIPE does.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The cluster address and where it came from (clap knows whether the flag or the
+/// variable gave it), parsed; a bad one is an error only for commands that use it.
+fn cluster_addr(m: &clap::ArgMatches, given: Option<&str>) -> Result<addr::ClusterAddr, String> {
+    let source = match m.value_source("cluster") {
+        Some(ValueSource::EnvVariable) => addr::Source::Env,
+        _ => addr::Source::Flag,
+    };
+    match given {
+        Some(g) => addr::ClusterAddr::parse(g, source),
+        None => addr::ClusterAddr::parse(addr::DEFAULT_CLUSTER, addr::Source::Default),
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if sigpipe_ends_quietly(&cli.cmd) {
+        restore_sigpipe();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -61,7 +109,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let ctx = client::Ctx::new(cli.cluster, cli.json);
+    let ctx = client::Ctx::new(cluster_addr(&matches, cli.cluster.as_deref()), cli.json);
     let res = rt.block_on(async move {
         match cli.cmd {
             Cmd::Node(c) => node_cmd::run(c, &ctx).await,
@@ -73,7 +121,9 @@ fn main() {
         }
     });
     if let Err(e) = res {
-        eprintln!("error: {e:#}");
+        // Not eprintln!: under `node run` and `bench` SIGPIPE is ignored, and a
+        // closed stderr must not turn the error into a panic.
+        let _ = writeln!(std::io::stderr(), "error: {e:#}");
         std::process::exit(1);
     }
 }

@@ -12,7 +12,7 @@ use crate::table;
 #[derive(Subcommand)]
 pub enum NodeCmd {
     /// Run a node in the foreground until SIGTERM or Ctrl-C.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// List the nodes of the cluster map.
     List,
     /// Take a node out of the cluster: its objects are copied to the others first
@@ -53,9 +53,14 @@ pub struct RunArgs {
     /// NBD TCP address [default: listen port + 2].
     #[arg(long)]
     pub nbd_listen: Option<SocketAddr>,
-    /// Admin address of a member to join (first start only; a restart rejoins by itself).
+    /// Admin address of a member to join: host[:port] or http://host[:port] (port
+    /// 7000 when left out). First start only; a restart rejoins by itself.
     #[arg(long)]
     pub join: Option<String>,
+    /// Seconds a first start keeps trying to reach the --join address (saying so
+    /// every few seconds) before it gives up and exits with an error.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub join_timeout: u64,
     /// Placement weight (relative capacity).
     #[arg(long, default_value_t = 100)]
     pub weight: u32,
@@ -70,6 +75,8 @@ pub struct RunArgs {
     /// at the recovery rate limit, repairs rotten copies); 0 turns them off.
     #[arg(long, default_value_t = 86400)]
     pub scrub_every: u64,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
@@ -87,7 +94,7 @@ fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
 
 pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
-        NodeCmd::Run(a) => run_node(a).await,
+        NodeCmd::Run(a) => run_node(*a).await,
         NodeCmd::List => {
             let s: Status = ctx.get("/api/status").await?;
             if ctx.json {
@@ -119,14 +126,17 @@ fn keep_large_buffers() {
 
 async fn run_node(a: RunArgs) -> Result<()> {
     keep_large_buffers();
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .try_init();
+    crate::logging::init(&a.log)?;
+    let to_file = a.log.log_file.is_some();
+    let res = run_node_logged(a).await;
+    if let (Err(e), true) = (&res, to_file) {
+        // main prints it to stderr; the log file must say why the node ended too.
+        tracing::error!("node failed: {e:#}");
+    }
+    res
+}
+
+async fn run_node_logged(a: RunArgs) -> Result<()> {
     if a.weight == 0 {
         return Err(anyhow!("--weight must be at least 1"));
     }
@@ -143,8 +153,14 @@ async fn run_node(a: RunArgs) -> Result<()> {
             Some(p) => p,
             None => offset(a.listen, 2)?,
         },
-        join: a.join,
+        join: match &a.join {
+            Some(j) => {
+                Some(crate::addr::authority(j).map_err(|why| anyhow!("Bad --join '{j}': {why}"))?)
+            }
+            None => None,
+        },
         max_voters: a.max_voters.max(1),
+        join_timeout: std::time::Duration::from_secs(a.join_timeout.max(1)),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
     };

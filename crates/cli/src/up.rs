@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::client::{print_json, Ctx};
+use crate::procs::{alive, stop};
 use crate::table;
 
 #[derive(Args)]
@@ -78,23 +79,6 @@ fn read_file(dir: &Path) -> Result<Option<ClusterFile>> {
     }
 }
 
-/// Whether `pid` is a running process (a zombie, killed but not yet reaped by its
-/// parent, does not count).
-fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    if pid == 0 || unsafe { libc::kill(pid as i32, 0) } != 0 {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-        Err(_) => false,
-    }
-}
-
 /// The layout of a new cluster: ports and zones.
 fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
     if a.nodes == 0 || a.nodes > 64 {
@@ -151,23 +135,29 @@ fn abs(p: &Path) -> String {
 
 fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
     std::fs::create_dir_all(&n.data).with_context(|| format!("Cannot create {}", n.data))?;
-    let log_path = Path::new(&n.data).join("node.log");
-    let log = std::fs::OpenOptions::new()
+    // The node writes and rotates node.log itself. Its stdout and stderr go to a
+    // file of their own, which rotation never moves: what is printed before logging
+    // starts (a bad flag) and a panic's default message land there.
+    let out_path = Path::new(&n.data).join("node.stderr");
+    let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_path)
-        .with_context(|| format!("Cannot open {}", log_path.display()))?;
+        .open(&out_path)
+        .with_context(|| format!("Cannot open {}", out_path.display()))?;
+    let log_path = Path::new(&n.data).join("node.log");
     let exe = std::env::current_exe().context("Cannot find the drove binary")?;
     let mut cmd = Command::new(exe);
     cmd.args(["node", "run", "--data", &n.data, "--zone", &n.zone])
         .args(["--listen", &n.admin, "--peer-listen", &n.peer])
-        .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")]);
+        .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
+        .arg("--log-file")
+        .arg(&log_path);
     if let Some(j) = join {
         cmd.args(["--join", j]);
     }
     cmd.stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+        .stdout(out.try_clone()?)
+        .stderr(out);
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: setsid is async-signal-safe; a new session keeps the node running
@@ -188,7 +178,7 @@ async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) ->
     loop {
         if let Ok(Some(code)) = child.try_wait() {
             bail!(
-                "Node in {} exited ({code}) while starting; see {}/node.log",
+                "Node in {} exited ({code}) while starting; see {}/node.log and node.stderr",
                 n.data,
                 n.data
             );
@@ -203,7 +193,7 @@ async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) ->
         }
         if Instant::now() > deadline {
             bail!(
-                "Node in {} did not become ready in 90 s; see {}/node.log",
+                "Node in {} did not become ready in 90 s; see {}/node.log and node.stderr",
                 n.data,
                 n.data
             );
@@ -311,9 +301,9 @@ async fn start_nodes(
             eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
         }
         let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
-        let c2 = Ctx::new(Some(first_admin), ctx.json);
-        let _: drove_daemon::api::Settings = c2
-            .post(
+        let _: drove_daemon::api::Settings = ctx
+            .post_at(
+                &first_admin,
                 "/api/settings",
                 &drove_daemon::api::Settings {
                     default_copies: Some(copies),
@@ -361,40 +351,6 @@ fn print_table(f: &ClusterFile) {
         &["ID", "ZONE", "ADMIN", "NBD TCP", "NBD UNIX", "PID"],
         &rows,
     );
-}
-
-/// SIGTERM every node, then SIGKILL what is left after 15 s.
-async fn stop(f: &ClusterFile) {
-    for n in &f.nodes {
-        if alive(n.pid) {
-            // SAFETY: sending a signal to a pid we started has no memory effects.
-            unsafe { libc::kill(n.pid as i32, libc::SIGTERM) };
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while f.nodes.iter().any(|n| alive(n.pid)) && Instant::now() < deadline {
-        reap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for n in &f.nodes {
-        if alive(n.pid) {
-            eprintln!("node {} did not stop in 15 s; killing it", n.id);
-            // SAFETY: as above.
-            unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
-        }
-    }
-    reap();
-}
-
-/// Collect exited children so that `alive` does not see zombies.
-fn reap() {
-    loop {
-        // SAFETY: waitpid with WNOHANG on any child only reaps exited children.
-        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
-        if r <= 0 {
-            break;
-        }
-    }
 }
 
 pub async fn down(a: DownArgs, _ctx: &Ctx) -> Result<()> {

@@ -2,6 +2,8 @@
 //! real qemu-nbd, fio and toxiproxy: the outputs are complete (every point of both
 //! systems, positive throughput), the indexes in results.md are the ones the
 //! measured numbers give, and the charts exist when matplotlib is installed.
+mod common;
+use common::require_ok;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -64,8 +66,12 @@ fn md_row(md: &str, section: &str, op: &str, x: u32) -> Vec<String> {
 #[test]
 fn test_bench_paper_quick_outputs_are_complete() {
     let missing = drove_paperbench::missing_tools();
-    if !missing.is_empty() {
-        eprintln!("not run: missing {}", missing.join("; "));
+    let found = if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} not installed", missing.join("; ")))
+    };
+    if require_ok(found).is_none() {
         return;
     }
     let out = tempfile::tempdir().unwrap();

@@ -26,7 +26,7 @@ fn object_files(data: &Path) -> usize {
 
 #[test]
 fn test_four_nodes_have_three_voters_and_a_learner_and_delete_frees_objects() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(4, 2);
@@ -77,7 +77,7 @@ impl Tmpfs {
             .output()
             .ok()?;
         if !o.status.success() {
-            eprintln!("not run: cannot mount a tmpfs ({})", text(&o).trim());
+            skip(&format!("cannot mount a tmpfs ({})", text(&o).trim()));
             return None;
         }
         Some(Tmpfs(dir.to_path_buf()))
@@ -92,7 +92,7 @@ impl Drop for Tmpfs {
 
 #[test]
 fn test_full_disk_fails_the_request_and_keeps_earlier_data() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let base = tempfile::tempdir().unwrap();
@@ -184,7 +184,7 @@ fn ids(v: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn test_a_dead_voter_is_removed_and_a_learner_takes_its_vote() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(4, 2);

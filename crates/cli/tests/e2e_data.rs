@@ -29,7 +29,7 @@ fn pattern_cmds(size: u64, verb: &str) -> Vec<String> {
 
 #[test]
 fn test_patterns_through_one_node_verify_through_another_and_survive_sigkill() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let mut c = Cluster::start(3, 3);
@@ -62,7 +62,7 @@ fn test_patterns_through_one_node_verify_through_another_and_survive_sigkill() {
 
 #[test]
 fn test_qemu_img_convert_round_trip_is_identical() {
-    if !have("qemu-img") {
+    if !require(&["qemu-img"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -115,7 +115,7 @@ fn test_qemu_img_convert_round_trip_is_identical() {
 
 #[test]
 fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
-    if !have("nbdinfo") || !have("fio") || !have("qemu-io") {
+    if !require(&["nbdinfo", "fio", "qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -190,7 +190,7 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
 
 #[test]
 fn test_primary_copy_vdi_replicates_to_every_node() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);

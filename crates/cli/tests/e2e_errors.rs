@@ -65,7 +65,7 @@ fn test_cli_errors_are_clear() {
 
 #[test]
 fn test_nbd_errors_unknown_export_and_past_the_end() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(1, 1);
@@ -83,7 +83,7 @@ fn test_nbd_errors_unknown_export_and_past_the_end() {
         "unknown export must fail: {t}"
     );
     // qemu-io checks bounds itself, so send an out-of-range read with nbdsh if present.
-    if have("nbdsh") {
+    if require(&["nbdsh"]) {
         let o = run(Command::new("nbdsh").args([
             "-u", &c.nodes[0].uri("small"),
             "-c", "try:\n  h.pread(4096, (1<<20) - 1024)\n  print('NO ERROR')\nexcept nbd.Error as e:\n  print('ERR', e.errno)",
@@ -111,7 +111,7 @@ fn send_garbage_tcp(addr: &str, payload: &[u8]) {
 
 #[test]
 fn test_garbage_on_every_port_node_keeps_serving() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(2, 2);

@@ -98,7 +98,7 @@ fn fio_result(child: Child) -> (bool, Value, String) {
 
 #[test]
 fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas() {
-    if !have("fio") || !have("qemu-io") {
+    if !require(&["fio", "qemu-io"]) {
         return;
     }
     let mut c = Cluster::start(3, 3);
@@ -174,7 +174,7 @@ fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas(
 
 #[test]
 fn test_silent_node_is_marked_down_and_back_up_without_any_io() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let mut c = Cluster::start(3, 3);
@@ -199,7 +199,7 @@ fn test_silent_node_is_marked_down_and_back_up_without_any_io() {
 
 #[test]
 fn test_flipped_byte_is_read_around_and_scrub_repairs_it() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -245,7 +245,7 @@ fn test_flipped_byte_is_read_around_and_scrub_repairs_it() {
 
 #[test]
 fn test_background_scrub_finds_and_repairs_a_flipped_byte_on_its_own() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let mut c = Cluster::start(3, 3);
@@ -305,7 +305,7 @@ fn find_data_file(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 
 #[test]
 fn test_sigkill_gateway_mid_writes_then_attach_elsewhere_keeps_flushed_data() {
-    if !have("fio") || !have("qemu-io") {
+    if !require(&["fio", "qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -390,7 +390,7 @@ fn copied(s: &Value) -> u64 {
 
 #[test]
 fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
-    if !have("fio") || !have("qemu-io") {
+    if !require(&["fio", "qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -516,12 +516,12 @@ impl Drop for Mounted {
 
 #[test]
 fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not run: mounting a small tmpfs needs root");
+        skip("mounting a small tmpfs needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -56,7 +56,7 @@ fn fio_verify(uri: &str) -> Child {
 
 #[test]
 fn test_snapshot_under_fio_load_then_clone_sees_it_and_writes_stay_apart() {
-    if !have("fio") || !have("qemu-io") || !have("qemu-img") {
+    if !require(&["fio", "qemu-io", "qemu-img"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -129,7 +129,7 @@ fn test_snapshot_under_fio_load_then_clone_sees_it_and_writes_stay_apart() {
 
 #[test]
 fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -239,7 +239,7 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
 
 #[test]
 fn test_hundred_clones_of_a_1g_image_against_one_full_copy() {
-    if !have("qemu-img") || !have("nbdcopy") {
+    if !require(&["qemu-img", "nbdcopy"]) {
         return;
     }
     let c = Cluster::start(3, 3);

@@ -28,7 +28,7 @@ fn session(uri: &str) -> (std::process::Child, std::process::ChildStdin) {
 
 #[test]
 fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let c = Cluster::start(2, 2);

@@ -219,14 +219,10 @@ fn stop_guest(vm: &mut Vm) {
 
 #[test]
 fn test_live_migration_between_two_nodes_loses_no_write_and_fences_the_old_gateway() {
-    let kit = match VmKit::find() {
-        Ok(k) => k,
-        Err(why) => {
-            eprintln!("not run: {why}");
-            return;
-        }
+    let Some(kit) = require_ok(VmKit::find()) else {
+        return;
     };
-    if !have("qemu-io") || !have("qemu-img") {
+    if !require(&["qemu-io", "qemu-img"]) {
         return;
     }
     let c = Cluster::start(3, 3);

@@ -232,11 +232,11 @@ fn lock_of(net: &NetCluster, i: usize) -> (Option<u64>, Option<u64>, String) {
 
 #[test]
 fn test_cut_off_gateway_is_fenced_and_majority_takes_over() {
-    if let Some(why) = netns::unavailable() {
-        eprintln!("not run: {why}");
+    if let Some(why) = netns::needs_root() {
+        skip(why);
         return;
     }
-    if !have("qemu-io") {
+    if !require(&["ip", "qemu-io"]) {
         return;
     }
     let start = Instant::now();

@@ -61,7 +61,7 @@ fn allocated(path: &Path) -> u64 {
 
 #[test]
 fn test_qcow2_import_then_export_raw_and_qcow2_is_identical() {
-    if !have("qemu-img") || !have("qemu-io") {
+    if !require(&["qemu-img", "qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -162,7 +162,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 
 #[test]
 fn test_sparse_raw_import_stores_only_the_data() {
-    if !have("qemu-img") {
+    if !require(&["qemu-img"]) {
         return;
     }
     let c = Cluster::start(3, 3);
@@ -245,7 +245,7 @@ fn test_sparse_raw_import_stores_only_the_data() {
 
 #[test]
 fn test_refusals_leave_vdis_and_files_untouched() {
-    if !have("qemu-img") || !have("qemu-io") {
+    if !require(&["qemu-img", "qemu-io"]) {
         return;
     }
     let c = Cluster::start(3, 3);

@@ -10,12 +10,8 @@ use std::time::Duration;
 
 #[test]
 fn test_vm_writes_files_on_drove_and_a_second_boot_from_a_clone_reads_them() {
-    let kit = match VmKit::find() {
-        Ok(k) => k,
-        Err(why) => {
-            eprintln!("not run: {why}");
-            return;
-        }
+    let Some(kit) = require_ok(VmKit::find()) else {
+        return;
     };
     let c = Cluster::start(3, 3);
     c.create_vdi("vmdisk", "128M", &["--copies", "3"]);
@@ -41,7 +37,7 @@ fn test_vm_writes_files_on_drove_and_a_second_boot_from_a_clone_reads_them() {
     assert_eq!(sums.len(), 2, "{out}");
 
     // From the host: copy the disk out through node 2 and read the file with debugfs.
-    if have("debugfs") && have("qemu-img") {
+    if require(&["debugfs", "qemu-img"]) {
         let raw = tmp.path().join("disk.raw");
         let o = run(std::process::Command::new("qemu-img").args([
             "convert",

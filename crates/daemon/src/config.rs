@@ -21,6 +21,8 @@ pub struct NodeConfig {
     pub join: Option<String>,
     /// Voters of the metadata cluster at most; later nodes are learners.
     pub max_voters: usize,
+    /// How long a fresh node keeps trying to reach `join` before it gives up.
+    pub join_timeout: std::time::Duration,
     /// Lease of a VDI write lock; a gateway cut off from the metadata stops writing
     /// when it ends, and another node may then take the VDI.
     pub lock_lease: std::time::Duration,

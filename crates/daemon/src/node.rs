@@ -63,6 +63,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         join: cfg.join.clone(),
         node: info.clone(),
         max_voters: cfg.max_voters,
+        join_timeout: cfg.join_timeout,
     })
     .await?;
     let me = meta.node_id();

@@ -54,7 +54,13 @@ pub struct MetaConfig {
     pub node: NodeInfo,
     /// Largest number of Raft voters; later nodes join as learners.
     pub max_voters: usize,
+    /// How long a fresh node keeps trying to reach `join` (to learn the cluster id,
+    /// then to get a node id) before [`Meta::open`] gives up with an error.
+    pub join_timeout: std::time::Duration,
 }
+
+/// Default for [`MetaConfig::join_timeout`].
+pub const DEFAULT_JOIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Default for [`MetaConfig::max_voters`].
 pub const DEFAULT_MAX_VOTERS: usize = 3;

@@ -24,9 +24,6 @@ use tokio::task::JoinHandle;
 /// node in the same process that is still shutting down).
 const DB_LOCK_WAIT: Duration = Duration::from_secs(10);
 
-/// How long a fresh node tries to get an id from the join address.
-const JOIN_ID_WAIT: Duration = Duration::from_secs(60);
-
 /// Connect timeout of internal HTTP calls; a refused or silent peer is retried later.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -96,13 +93,15 @@ fn http_client(cluster: Option<ClusterId>) -> Result<reqwest::Client> {
 }
 
 /// The cluster id of this data directory: the stored one; else a new one for a node
-/// that bootstraps a cluster, or the cluster's at `join` for a node that joins one.
-/// Stored before anything else, so a node restarted half-way keeps its cluster.
+/// that bootstraps a cluster, or the cluster's at `join` for a node that joins one
+/// (asked until `join_timeout` passes). Stored before anything else, so a node
+/// restarted half-way keeps its cluster.
 async fn cluster_id(
     db: &Db,
     client: &reqwest::Client,
     has_node_id: bool,
     join: Option<&str>,
+    join_timeout: Duration,
 ) -> Result<ClusterId> {
     let stored: Option<ClusterId> = db
         .get(keys::CLUSTER_ID)
@@ -125,7 +124,7 @@ async fn cluster_id(
             id
         }
         (None, Some(join)) => {
-            let id = ask_cluster_id(client, join, Instant::now() + JOIN_ID_WAIT).await?;
+            let id = ask_cluster_id(client, join, Instant::now() + join_timeout).await?;
             tracing::info!(cluster = %id, join, "joining cluster");
             id
         }
@@ -171,14 +170,21 @@ impl Meta {
         let stored: Option<u64> = db
             .get(keys::NODE_ID)
             .map_err(|e| db_error("Cannot read the node id", e))?;
-        let cluster = cluster_id(&db, &client, stored.is_some(), cfg.join.as_deref()).await?;
+        let cluster = cluster_id(
+            &db,
+            &client,
+            stored.is_some(),
+            cfg.join.as_deref(),
+            cfg.join_timeout,
+        )
+        .await?;
         // Every internal call from here on names the cluster; receivers refuse others.
         let client = http_client(Some(cluster))?;
         let id = match (stored, &cfg.join) {
             (Some(id), _) => id,
             (None, None) => 1,
             (None, Some(join)) => {
-                let deadline = Instant::now() + JOIN_ID_WAIT;
+                let deadline = Instant::now() + cfg.join_timeout;
                 allocate_node_id(&client, join, client_id, deadline).await?
             }
         };

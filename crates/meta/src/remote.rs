@@ -130,7 +130,7 @@ where
         Err(e) => {
             return Attempt::Retry {
                 hint: None,
-                why: format!("{url}: {e}"),
+                why: format!("{url}: {}", cause(&e)),
             }
         }
     };
@@ -156,14 +156,47 @@ where
     }
 }
 
+/// The root cause of a failed call ("Connection refused (os error 111)"): reqwest's
+/// own message only names the URL, which the caller already says.
+pub(crate) fn cause(e: &reqwest::Error) -> String {
+    let mut cur: &dyn std::error::Error = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    if e.is_timeout() {
+        return format!("timed out ({cur})");
+    }
+    cur.to_string()
+}
+
 /// Call `once` until it succeeds, fails for good, or `deadline` passes. `once` gets
 /// the leader address hinted by the previous try, if any; a fresh hint is followed at
-/// once (a few times), otherwise tries are spaced by a growing delay.
-pub(crate) async fn retry<T, F, Fut>(deadline: Instant, what: &str, mut once: F) -> Result<T, Error>
+/// once (a few times), otherwise tries are spaced by a growing delay. Failed tries
+/// are logged at debug level: callers whose retries are routine use this.
+pub(crate) async fn retry<T, F, Fut>(deadline: Instant, what: &str, once: F) -> Result<T, Error>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: Future<Output = Attempt<T>>,
 {
+    retry_with(deadline, what, None, once).await
+}
+
+/// [`retry`] that also says, at warn level, what failed and how long it keeps
+/// trying: on the first failure and then every `report_every`. For waits a person
+/// is watching (a node joining through an address that does not answer), where
+/// silence looks like a hang.
+pub(crate) async fn retry_with<T, F, Fut>(
+    deadline: Instant,
+    what: &str,
+    report_every: Option<Duration>,
+    mut once: F,
+) -> Result<T, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    let started = Instant::now();
+    let mut reported: Option<Instant> = None;
     let mut hint = None;
     let mut delay = Duration::from_millis(50);
     let mut followed = 0;
@@ -175,9 +208,24 @@ where
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::unavailable(format!("{what}: {why}")));
+            return Err(Error::unavailable(match report_every {
+                None => format!("{what}: {why}"),
+                Some(_) => format!(
+                    "{what}: {why} (gave up after {} s)",
+                    (now - started).as_secs()
+                ),
+            }));
         }
-        tracing::debug!("{what}: {why}; retrying");
+        match report_every {
+            Some(every) if reported.is_none_or(|r| now - r >= every) => {
+                reported = Some(now);
+                tracing::warn!(
+                    "{what}: {why}; retrying, giving up in {} s",
+                    (deadline - now).as_secs_f64().ceil()
+                );
+            }
+            _ => tracing::debug!("{what}: {why}; retrying"),
+        }
         if next_hint.is_some() && followed < 3 {
             followed += 1;
             hint = next_hint;

@@ -5,7 +5,7 @@
 //! idempotent and retried with backoff until it succeeds, because after a full
 //! cluster restart nodes come up in any order and must wait for each other.
 use crate::meta::{unix_now, Meta};
-use crate::remote::{post, retry, Attempt, JoinRequest, Role, Written};
+use crate::remote::{cause, post, retry, retry_with, Attempt, JoinRequest, Role, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Request, RequestId};
 use drove_types::{ClusterId, Error, NodeId, NodeInfo, Result};
@@ -35,8 +35,14 @@ const JOIN_CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// Largest pause between startup attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Ask the member at `join` which cluster it belongs to (`GET /meta/hello`), retrying
-/// until `deadline` while it does not answer.
+/// How often a node that cannot reach its join address says so.
+const JOIN_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// Ask the member at `join` which cluster it belongs to (`GET /meta/hello`). While
+/// nothing answers there (refused, unreachable, silent: a member may be starting or
+/// restarting), retry until `deadline`, saying so every few seconds. Anything that
+/// answers but not as a drove node's admin API does (not HTTP, another HTTP
+/// service, a drove peer or NBD port) fails at once: waiting cannot fix it.
 pub(crate) async fn ask_cluster_id(
     client: &reqwest::Client,
     join: &str,
@@ -44,8 +50,16 @@ pub(crate) async fn ask_cluster_id(
 ) -> Result<ClusterId> {
     let url = format!("http://{join}/meta/hello");
     let what = format!("Cannot learn the cluster id from {join}");
-    retry(deadline, &what, |_| {
+    let not_drove = |why: String| {
+        Attempt::Fail(Error::invalid(format!(
+            "{join} is not the admin address of a drove node ({why}); \
+             --join takes a member's admin address (its --listen)"
+        )))
+    };
+    tracing::info!(join, "asking {join} which cluster it belongs to");
+    retry_with(deadline, &what, Some(JOIN_REPORT_EVERY), |_| {
         let url = &url;
+        let not_drove = &not_drove;
         async move {
             let resp = match client
                 .get(url)
@@ -53,25 +67,31 @@ pub(crate) async fn ask_cluster_id(
                 .send()
                 .await
             {
-                Ok(r) if r.status().is_success() => r,
-                Ok(r) => {
+                Ok(r) => r,
+                // Nothing there yet, or not answering yet: worth waiting for.
+                Err(e) if e.is_connect() || e.is_timeout() => {
                     return Attempt::Retry {
                         hint: None,
-                        why: format!("{url} answered HTTP {}", r.status()),
+                        why: format!("{url}: {}", cause(&e)),
                     }
                 }
-                Err(e) => {
-                    return Attempt::Retry {
-                        hint: None,
-                        why: format!("{url}: {e}"),
-                    }
-                }
+                // Connected, but no HTTP answer came back.
+                Err(e) => return not_drove(format!("{url}: {}", cause(&e))),
             };
+            let status = resp.status();
+            if status.is_server_error() {
+                // A drove node answers 5xx only while it cannot serve yet.
+                return Attempt::Retry {
+                    hint: None,
+                    why: format!("{url} answered HTTP {status}"),
+                };
+            }
+            if !status.is_success() {
+                return not_drove(format!("{url} answered HTTP {status}"));
+            }
             match resp.json::<crate::remote::Hello>().await {
                 Ok(h) => Attempt::Done(h.cluster),
-                Err(e) => Attempt::Fail(Error::invalid(format!(
-                    "{url} is not a drove node (bad answer: {e})"
-                ))),
+                Err(e) => not_drove(format!("{url} answered something else: {}", cause(&e))),
             }
         }
     })
@@ -95,7 +115,7 @@ pub(crate) async fn allocate_node_id(
     };
     tracing::info!(join, "asking the metadata cluster for a node id");
     let what = format!("Cannot get a node id from {join}");
-    let written: Written = retry(deadline, &what, |hint| {
+    let written: Written = retry_with(deadline, &what, Some(JOIN_REPORT_EVERY), |hint| {
         let addr = hint.unwrap_or_else(|| join.to_string());
         let req = &req;
         async move {

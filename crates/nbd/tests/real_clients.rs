@@ -1,15 +1,16 @@
 //! The server as real NBD clients see it: qemu-io, qemu-img, nbdinfo, nbdcopy and fio
-//! against in-memory exports, over a unix socket and over TCP. A missing tool prints
-//! "not run: <tool> missing" and the test returns without claiming anything.
+//! against in-memory exports, over a unix socket and over TCP. A missing tool fails
+//! the test under CI; elsewhere it prints "SKIPPED: <test>: <tool> not installed" and
+//! the test returns without claiming anything (`common::require`).
 mod common;
 
-use common::{have, run, TestServer, BLK};
+use common::{require, run, TestServer, BLK};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_qemu_io_writes_and_reads_patterns_over_unix_and_tcp() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -81,7 +82,7 @@ async fn test_qemu_io_writes_and_reads_patterns_over_unix_and_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_nbdinfo_shows_size_and_lists_exports() {
-    if !have("nbdinfo") {
+    if !require(&["nbdinfo"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -104,7 +105,7 @@ async fn test_nbdinfo_shows_size_and_lists_exports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_nbdinfo_map_shows_holes_and_data() {
-    if !have("nbdinfo") || !have("qemu-io") {
+    if !require(&["nbdinfo", "qemu-io"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -149,7 +150,7 @@ async fn test_nbdinfo_map_shows_holes_and_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_qemu_img_info_reports_virtual_size() {
-    if !have("qemu-img") {
+    if !require(&["qemu-img"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -169,7 +170,7 @@ async fn test_qemu_img_info_reports_virtual_size() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_fio_randwrite_with_crc32c_verify() {
-    if !have("fio") {
+    if !require(&["fio"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -205,7 +206,7 @@ async fn test_fio_randwrite_with_crc32c_verify() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_nbdcopy_round_trip() {
-    if !have("nbdcopy") {
+    if !require(&["nbdcopy"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -227,7 +228,7 @@ async fn test_nbdcopy_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_unknown_export_is_an_error_not_a_hang() {
-    if !have("qemu-io") {
+    if !require(&["qemu-io"]) {
         return;
     }
     let srv = TestServer::start().await;
@@ -270,7 +271,7 @@ async fn test_garbage_client_is_disconnected_and_others_keep_working() {
         .await
         .unwrap();
     assert_eq!(c.recv().await.unwrap().error(), 0);
-    if have("qemu-io") {
+    if require(&["qemu-io"]) {
         assert!(
             run(
                 "qemu-io",

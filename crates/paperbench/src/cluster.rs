@@ -137,7 +137,7 @@ impl DroveCluster {
             .stderr(Stdio::null())
             .status();
         if !matches!(r, Ok(s) if s.success()) {
-            eprintln!(
+            say!(
                 "warning: `drove down --dir {}` failed; nodes may still run",
                 self.dir.display()
             );

@@ -15,6 +15,16 @@
 //! they are unit-tested without any process.
 #![deny(missing_docs)]
 
+/// `eprintln!` that never panics. Progress goes to stderr while the run owns child
+/// processes (nodes, proxies, fio) that only its own cleanup stops; a closed stderr
+/// (`2>&1 | head` after head exited) must drop the line, not panic part-way.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod baseline;
 pub mod charts;
 pub mod cluster;

@@ -84,17 +84,17 @@ impl Progress {
     /// Print a message on its own line (keeps the progress line intact).
     pub fn note(&self, msg: &str) {
         if self.tty {
-            eprint!("\r\x1b[2K");
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
         }
-        eprintln!("{msg}");
+        say!("{msg}");
     }
 
     /// End the progress display.
     pub fn finish(&self) {
         if self.tty {
-            eprintln!();
+            say!("");
         }
-        eprintln!(
+        say!(
             "{} runs done in {}",
             self.done_runs,
             fmt_duration(self.started.elapsed().as_secs_f64())

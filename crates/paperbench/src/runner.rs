@@ -73,7 +73,7 @@ pub fn run(cfg: &PaperConfig, cancel: &Cancel) -> Result<Report> {
         Err(_) => {
             // Keep the logs to explain the failure; drop the disks (gigabytes).
             prune_keep_logs(&work);
-            eprintln!("logs of the failed run are in {}", work.display());
+            say!("logs of the failed run are in {}", work.display());
         }
     }
     res
@@ -101,7 +101,7 @@ fn start_rig(
     cancel: &Cancel,
 ) -> Result<(Rig, Vec<String>, String)> {
     let toxi = Toxiproxy::start(tox_bin, &work.join("toxiproxy.log"), cancel)?;
-    eprintln!(
+    say!(
         "starting drove: {} zones x {} nodes, copies {}; toxiproxy API at {}",
         cfg.zones,
         cfg.nodes_per_zone,
@@ -147,7 +147,7 @@ fn start_rig(
             .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
         drove_uris.push(cluster.unix_uri(node, &name)?);
     }
-    eprintln!("starting the baseline: {clients} qemu-nbd disk(s) in zone 1");
+    say!("starting the baseline: {clients} qemu-nbd disk(s) in zone 1");
     let base = Baseline::start(
         &work.join("baseline"),
         clients,
@@ -182,7 +182,7 @@ fn prefill_and_check_routes(
     cancel: &Cancel,
     dc: &mut DelayCheck,
 ) -> Result<()> {
-    eprintln!(
+    say!(
         "prefilling {} disk(s) of {} on each system",
         rig.drove_uris.len(),
         drove_types::format_size(cfg.size)
@@ -307,7 +307,7 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
     let (charts, charts_note) = match charts::render(&cfg.out) {
         Ok(v) => (v, None),
         Err(why) => {
-            eprintln!("charts skipped: {why}");
+            say!("charts skipped: {why}");
             (Vec::<PathBuf>::new(), Some(why))
         }
     };

@@ -1,38 +1,93 @@
 //! Test kit for end-to-end tests: real `drove` node processes on 127.0.0.1 (started
 //! with `drove up --detach`, one temp dir and free ports each), real clients
 //! (qemu-io, qemu-img, nbdinfo, fio), and waits that poll a condition with a
-//! deadline instead of sleeping. A missing client binary makes a test print
-//! "not run: ..." and return, never pass silently.
+//! deadline instead of sleeping. A missing client binary fails the test under CI and
+//! makes it print "SKIPPED: ..." and return elsewhere ([`require`]); it never passes
+//! silently.
 #![allow(dead_code)]
 
 pub mod netns;
 pub mod vm;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 pub fn drove_bin() -> &'static str {
     env!("CARGO_BIN_EXE_drove")
 }
 
-/// Whether `tool` is on PATH.
+/// Whether `tool` is an executable file in a directory of PATH (read here, not
+/// through a shell, so that a test run with a trimmed PATH sees exactly that PATH).
 pub fn on_path(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(tool))
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    })
 }
 
-/// Whether `tool` is on PATH; prints a "not run" line when it is not.
-pub fn have(tool: &str) -> bool {
-    let ok = on_path(tool);
-    if !ok {
-        eprintln!("not run: {tool} is not installed (make deps installs it)");
+/// Whether the tests run under CI: `CI` is set to anything but "", "false" or "0"
+/// (GitHub, GitLab and most others set CI=true).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "false" | "0"))
+}
+
+/// The running test's name (libtest names each test's thread after it).
+fn test_name() -> String {
+    match std::thread::current().name() {
+        Some(n) if n != "main" => n.to_string(),
+        _ => "this test".to_string(),
     }
-    ok
+}
+
+/// A prerequisite of the running test is missing: under CI the test fails, since a
+/// CI run that skipped its real-client tests would report a pass it never checked;
+/// elsewhere it prints "SKIPPED: <test>: <why>" to stderr and the caller returns.
+#[track_caller]
+fn unmet(why: &str) {
+    let test = test_name();
+    assert!(
+        !in_ci(),
+        "{test}: {why}, and CI is set: install it (make deps) rather than skip the test"
+    );
+    eprintln!("SKIPPED: {test}: {why}");
+}
+
+/// Whether every tool in `tools` is on PATH; a test returns at once when it is not.
+/// Under CI a missing tool fails the test instead (see [`unmet`]).
+#[track_caller]
+pub fn require(tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    unmet(&format!("{} not installed", missing.join(", ")));
+    false
+}
+
+/// [`require`] for a prerequisite found by a probe that says what is missing (a VM
+/// kit: QEMU, a kernel and its modules): `Some` when found; under CI a missing one
+/// fails the test.
+#[track_caller]
+pub fn require_ok<T>(found: Result<T, String>) -> Option<T> {
+    match found {
+        Ok(t) => Some(t),
+        Err(why) => {
+            unmet(&why);
+            None
+        }
+    }
+}
+
+/// Skip the running test for a reason CI cannot fix by installing anything (not
+/// running as root): prints "SKIPPED: <test>: <why>" to stderr, never fails.
+pub fn skip(why: &str) {
+    eprintln!("SKIPPED: {}: {why}", test_name());
 }
 
 /// Poll `cond` every 50 ms until it holds or `timeout` passes.

@@ -53,6 +53,7 @@ pub async fn start_on(listener: TcpListener, dir: &Path, join: Option<String>) -
         join: join.clone(),
         node: node_info(&addr),
         max_voters: 3,
+        join_timeout: drove_meta::DEFAULT_JOIN_TIMEOUT,
     };
     let meta = Meta::open(cfg).await.expect("open");
     let router = meta.router();

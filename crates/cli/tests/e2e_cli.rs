@@ -1,0 +1,151 @@
+//! The `drove` command as a shell uses it: output into a pipe the reader closed
+//! early, the forms of `--cluster` / `DROVE_CLUSTER`, and what an unreachable
+//! cluster's error says.
+mod common;
+use common::*;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+
+/// The write end of a pipe whose read end is already closed, as after
+/// `drove … | head -1` once head has exited: every write to it fails (EPIPE).
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe() writes two new descriptors into the array it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe()");
+    // SAFETY: fds[0] was just made and is closed once, here.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] was just made and nothing else owns it.
+    Stdio::from(unsafe { OwnedFd::from_raw_fd(fds[1]) })
+}
+
+/// Whether process `pid` ignores SIGPIPE (the SigIgn mask of /proc/PID/status).
+fn ignores_sigpipe(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .expect("SigIgn line");
+    let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}
+
+#[test]
+fn test_printing_into_a_closed_pipe_does_not_panic() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("v", "1M", &["--copies", "1"]);
+    let admin = &c.nodes[0].admin;
+    for args in [
+        &["cluster", "status"][..],
+        &["cluster", "status", "--json"],
+        &["node", "list"],
+        &["vdi", "list"],
+        &["vdi", "info", "v"],
+    ] {
+        let o = Command::new(drove_bin())
+            .args(args)
+            .args(["--cluster", admin])
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "drove {args:?} into a closed pipe: {err}"
+        );
+        assert_ne!(o.status.code(), Some(101), "drove {args:?}: {err}");
+        // Ended by SIGPIPE like any Unix filter (or done before its first write).
+        assert!(
+            o.status.signal() == Some(libc::SIGPIPE) || o.status.success(),
+            "drove {args:?} ended with {:?}: {err}",
+            o.status
+        );
+    }
+    // The daemon still ignores SIGPIPE: a peer closing a socket must never kill it.
+    assert!(
+        ignores_sigpipe(c.nodes[0].pid),
+        "node run must ignore SIGPIPE"
+    );
+}
+
+#[test]
+fn test_cluster_given_as_an_http_url_or_with_a_trailing_slash_works() {
+    let c = Cluster::start(1, 1);
+    let admin = &c.nodes[0].admin;
+    for given in [format!("http://{admin}"), format!("http://{admin}/")] {
+        let o = run(Command::new(drove_bin()).args(["cluster", "status", "--cluster", &given]));
+        assert!(o.status.success(), "--cluster {given}: {}", text(&o));
+        let o = run(Command::new(drove_bin())
+            .args(["node", "list"])
+            .env("DROVE_CLUSTER", &given));
+        assert!(o.status.success(), "DROVE_CLUSTER={given}: {}", text(&o));
+    }
+}
+
+/// A command that fails with `needle` in its message, cleanly (exit 1, no panic).
+fn fails_with(o: &std::process::Output, needle: &str) {
+    let t = text(o);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1: {t}");
+    assert!(t.contains(needle), "expected '{needle}' in: {t}");
+    assert!(!t.contains("panicked"), "panic: {t}");
+}
+
+#[test]
+fn test_unreachable_cluster_error_names_the_address_tried_and_its_source() {
+    // Port 1 on loopback: nothing listens there (a privileged port no test uses).
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list", "--cluster", "http://127.0.0.1:1/"])
+        .env_remove("DROVE_CLUSTER"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at 127.0.0.1:1 (from --cluster http://127.0.0.1:1/)",
+    );
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list"])
+        .env("DROVE_CLUSTER", "127.0.0.1:1"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at 127.0.0.1:1 (from DROVE_CLUSTER=127.0.0.1:1)",
+    );
+    // The flag wins over the variable, and says so.
+    let o = run(Command::new(drove_bin())
+        .args(["cluster", "status", "--cluster", "[::1]:1"])
+        .env("DROVE_CLUSTER", "127.0.0.1:7000"));
+    fails_with(
+        &o,
+        "Cannot reach the cluster at [::1]:1 (from --cluster [::1]:1)",
+    );
+    // Not an admin address at all: refused before anything is sent.
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list"])
+        .env("DROVE_CLUSTER", "https://127.0.0.1:7000"));
+    fails_with(
+        &o,
+        "Bad DROVE_CLUSTER 'https://127.0.0.1:7000': scheme 'https'",
+    );
+    let o = run(Command::new(drove_bin()).args(["vdi", "list", "--cluster", "127.0.0.1:7000/api"]));
+    fails_with(&o, "Bad --cluster '127.0.0.1:7000/api': '/api' is a path");
+}
+
+#[test]
+fn test_drove_up_nodes_write_a_rotated_log_file_and_keep_stderr_apart() {
+    let c = Cluster::start(1, 1);
+    let n = &c.nodes[0];
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", n.pid)).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let log = std::path::Path::new(&n.data).join("node.log");
+    let at = args.iter().position(|a| a == "--log-file");
+    assert_eq!(
+        at.map(|i| args[i + 1].as_str()),
+        log.to_str(),
+        "node run args: {args:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("node ready"), "node.log:\n{text}");
+    // stdout and stderr have a file of their own (for panics and early errors).
+    let stderr = std::path::Path::new(&n.data).join("node.stderr");
+    assert!(stderr.is_file(), "no {}", stderr.display());
+}
