@@ -75,6 +75,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
     let pool = PeerPool::with_routes(
         me,
+        meta.cluster_id(),
         map.clone(),
         PeerTimeouts::default(),
         metrics.clone(),
@@ -105,8 +106,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         exports: exports.clone(),
     }));
     let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
-    let peer_task =
-        tokio::spawn(PeerServer::new(local.clone(), pool, metrics.clone()).serve(peer_l));
+    let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
+    let peer_task = tokio::spawn(peer_server.serve(peer_l));
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
     meta.ready(READY_TIMEOUT).await?;

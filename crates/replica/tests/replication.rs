@@ -5,18 +5,23 @@ use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
 use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
-use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, ObjectId, ReplicationMode, VdiId, VdiInfo};
+use drove_types::{
+    ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, ObjectId, ReplicationMode, VdiId, VdiInfo,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// The cluster every test node belongs to.
+const CLUSTER: ClusterId = ClusterId(0xd20e);
 
 struct TestNode {
     id: NodeId,
     store: Arc<dyn ObjectStore>,
     local: Arc<LocalStore>,
     gateway: Arc<Gateway>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    server: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 
@@ -50,7 +55,7 @@ async fn cluster(n: u64) -> Vec<TestNode> {
             connect: Duration::from_secs(1),
             request: Duration::from_secs(3),
         };
-        let pool = PeerPool::new(NodeId(i), cell.clone(), timeouts, metrics.clone());
+        let pool = PeerPool::new(NodeId(i), CLUSTER, cell.clone(), timeouts, metrics.clone());
         let local = LocalStore::new(store.clone());
         let gateway = Gateway::new(
             NodeId(i),
@@ -59,7 +64,7 @@ async fn cluster(n: u64) -> Vec<TestNode> {
             cell,
             metrics.clone(),
         );
-        let server = tokio::spawn(PeerServer::new(local.clone(), pool, metrics).serve(l));
+        let server = tokio::spawn(PeerServer::new(local.clone(), pool, metrics, CLUSTER).serve(l));
         out.push(TestNode {
             id: NodeId(i),
             store,
@@ -228,8 +233,15 @@ async fn test_routes_file_redirects_peer_connections() {
         let dir2 = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir2.path(), 4 << 20).unwrap());
         let cell = Arc::new(MapCell::default());
-        let pool = PeerPool::new(NodeId(2), cell, PeerTimeouts::default(), Metrics::new());
-        tokio::spawn(PeerServer::new(LocalStore::new(store), pool, Metrics::new()).serve(l));
+        let pool = PeerPool::new(
+            NodeId(2),
+            CLUSTER,
+            cell,
+            PeerTimeouts::default(),
+            Metrics::new(),
+        );
+        let server = PeerServer::new(LocalStore::new(store), pool, Metrics::new(), CLUSTER);
+        tokio::spawn(server.serve(l));
         std::mem::forget(dir2);
         a
     };
@@ -248,6 +260,7 @@ async fn test_routes_file_redirects_peer_connections() {
     };
     let pool = PeerPool::with_routes(
         NodeId(1),
+        CLUSTER,
         Arc::new(MapCell::new(map)),
         timeouts,
         Metrics::new(),
