@@ -12,6 +12,7 @@ mod admin;
 pub mod api;
 mod config;
 mod exports;
+pub mod http_listen;
 mod lineage;
 mod locks;
 mod node;

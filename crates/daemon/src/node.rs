@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::admin::{self, Admin};
 use crate::exports::VdiExports;
+use crate::http_listen::{AdminLimits, AdminServer};
 use crate::NodeConfig;
 
 /// How long a node waits to become a member before giving up.
@@ -105,7 +106,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         recoverer: recoverer.clone(),
         exports: exports.clone(),
     }));
-    let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
+    let admin_server = AdminServer::new(AdminLimits::default());
+    let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
     let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
     let peer_task = tokio::spawn(peer_server.serve(peer_l));
 

@@ -14,4 +14,4 @@ pub mod read;
 pub use frame::{Encoded, Frame, FrameError, MAX_FRAME, WIRE_VERSION};
 pub use hello::{Hello, HelloReply, HELLO_MAX};
 pub use msg::{ObjDigest, PeerReq, PeerResp, WireError};
-pub use read::{Budget, ReadLimits, PAYLOAD_ALIGN};
+pub use read::{Budget, ReadLimits, Taken, PAYLOAD_ALIGN};

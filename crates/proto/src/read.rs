@@ -32,7 +32,8 @@ pub struct Budget {
 }
 
 /// Bytes taken from a [`Budget`], given back when dropped.
-struct Taken<'a> {
+#[derive(Debug)]
+pub struct Taken<'a> {
     budget: &'a Budget,
     n: usize,
     _permit: SemaphorePermit<'a>,
@@ -66,10 +67,16 @@ impl Budget {
         self.total
     }
 
-    /// Take `n` bytes, waiting until they are free.
-    async fn take(&self, n: usize) -> std::io::Result<Taken<'_>> {
-        // n <= MAX_FRAME <= total (checked by the prefix), so this cannot wait for
-        // more than the whole budget; the semaphore is never closed.
+    /// Take `n` bytes (at most [`Budget::total`]), waiting until they are free.
+    pub async fn take(&self, n: usize) -> std::io::Result<Taken<'_>> {
+        // More than the whole budget would wait for ever. Frames never ask for it
+        // (n <= MAX_FRAME <= total, checked by the prefix).
+        if n > self.total {
+            return Err(invalid(FrameError::TooLarge {
+                len: n,
+                max: self.total,
+            }));
+        }
         let count = u32::try_from(n).map_err(|_| invalid(FrameError::BadLength(n)))?;
         let permit = self
             .sem
