@@ -44,8 +44,8 @@ pub(crate) async fn client<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Some((f, _))) => f.header,
         Ok(None) => {
             return Err(fail(
-                "closed the connection without answering our hello \
-                 (a node of drove wire version 1 does that)"
+                "closed the connection without answering our hello (at its \
+                 connection limit, or a node of drove wire version 1?)"
                     .into(),
             ))
         }
