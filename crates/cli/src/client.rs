@@ -20,6 +20,8 @@ impl Ctx {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(3))
+            // Nodes close admin connections silent for 60 s; never reuse one that old.
+            .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         Ctx {

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 /// running node's pid, and leaves that node serving (it once replaced its socket).
 #[test]
 fn test_second_node_on_a_data_directory_in_use_refuses_and_the_first_keeps_serving() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
     let c = Cluster::start(1, 1);
     c.create_vdi("d", "16M", &[]);
     let n = &c.nodes[0];
@@ -109,6 +112,9 @@ impl Drop for OpenReader {
 /// verification failed").
 #[test]
 fn test_deleting_an_open_vdi_names_its_clients_and_a_forced_delete_fails_their_reads() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
     let c = Cluster::start(2, 2);
     c.create_vdi("d", "16M", &[]);
     qemu_io(&c.nodes[0].uri("d"), &["write -P 0x5a 0 64k".into()]);

@@ -16,6 +16,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::admin::{self, Admin};
 use crate::exports::VdiExports;
+use crate::http_listen::{AdminLimits, AdminServer};
 use crate::NodeConfig;
 
 /// How long a node waits to become a member before giving up.
@@ -76,6 +77,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
     let pool = PeerPool::with_routes(
         me,
+        meta.cluster_id(),
         map.clone(),
         PeerTimeouts::default(),
         metrics.clone(),
@@ -107,9 +109,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         exports: exports.clone(),
         http: reqwest::Client::new(),
     }));
-    let admin_task = tokio::spawn(async move { axum::serve(admin_l, admin_router).await });
-    let peer_task =
-        tokio::spawn(PeerServer::new(local.clone(), pool, metrics.clone()).serve(peer_l));
+    let admin_server = AdminServer::new(AdminLimits::default());
+    let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
+    let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
+    let peer_task = tokio::spawn(peer_server.serve(peer_l));
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
     meta.ready(READY_TIMEOUT).await?;

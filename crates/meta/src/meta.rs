@@ -87,6 +87,10 @@ fn http_client(cluster: Option<ClusterId>) -> Result<reqwest::Client> {
     }
     reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
+        // Admin listeners close connections silent for 60 s (drove-daemon's
+        // http_listen); letting go of pooled ones at 30 s keeps a call from being
+        // sent on a connection the other node is closing.
+        .pool_idle_timeout(Duration::from_secs(30))
         .default_headers(headers)
         .build()
         .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))

@@ -499,12 +499,14 @@ impl MetaState {
             } => {
                 match self.locks.get(vdi) {
                     Some(l) if l.owner == *node && l.generation == *generation => {}
-                    _ => return Err((
-                        ErrorKind::Fenced,
-                        format!(
+                    _ => {
+                        return Err((
+                            ErrorKind::Fenced,
+                            format!(
                             "Node {node} does not hold lock generation {generation} of VDI {vdi}"
                         ),
-                    )),
+                        ))
+                    }
                 }
                 let s = self.settled.entry(*vdi).or_insert(0);
                 *s = (*s).max(generation.saturating_sub(1));

@@ -1,11 +1,17 @@
 //! The peer protocol: what one drove node asks another on the data path
-//! ([`PeerReq`]) and what it answers ([`PeerResp`]), and the frame that carries them
-//! ([`frame`]). Written once for both sides: the gateway encodes requests and decodes
-//! responses, the peer does the opposite, with the same functions.
+//! ([`PeerReq`]) and what it answers ([`PeerResp`]), the frame that carries them
+//! ([`frame`], read by [`read`]), and the [`hello`] that opens every connection.
+//! Written once for both sides: the gateway encodes requests and decodes responses,
+//! the peer does the opposite, with the same functions.
 #![deny(missing_docs)]
 
 pub mod frame;
+pub mod hello;
+pub mod legacy;
 mod msg;
+pub mod read;
 
-pub use frame::{Encoded, Frame, FrameError, MAX_FRAME};
+pub use frame::{Encoded, Frame, FrameError, MAX_FRAME, WIRE_VERSION};
+pub use hello::{Hello, HelloReply, HELLO_MAX};
 pub use msg::{ObjDigest, PeerReq, PeerResp, WireError, MAX_OIDS};
+pub use read::{Budget, ReadLimits, Taken, PAYLOAD_ALIGN};

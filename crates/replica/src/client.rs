@@ -5,10 +5,16 @@
 //! owns the socket's write half and coalesces queued frames into one write. When the
 //! connection breaks, every waiter gets `Unavailable` and the next request dials
 //! again. Every wait has a timeout.
+//!
+//! A new connection starts with a hello naming this node's cluster and wire
+//! version; a peer that refuses it (another cluster, another version) is
+//! `Unavailable` with its reason. A connection left idle for half the server's
+//! [`PEER_IDLE`] is not used again but replaced, so that the server never closes
+//! one as a request travels on it.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_proto::{Frame, PeerReq, PeerResp};
-use drove_types::{Error, NodeId, Result};
+use drove_proto::{Frame, Hello, PeerReq, PeerResp};
+use drove_types::{ClusterId, Error, NodeId, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,7 +25,12 @@ use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::server::PEER_IDLE;
 use crate::MapCell;
+
+/// A connection unused for this long is replaced rather than used: the server
+/// closes connections silent for [`PEER_IDLE`], and this leaves it a wide margin.
+const CLIENT_IDLE: Duration = Duration::from_secs(PEER_IDLE.as_secs() / 2);
 
 /// How long to wait for peers.
 #[derive(Debug, Clone, Copy)]
@@ -45,11 +56,18 @@ struct Conn {
     tx: mpsc::Sender<drove_proto::Encoded>,
     pending: Mutex<HashMap<u64, Waiter>>,
     dead: AtomicBool,
+    /// When a request was last sent on it.
+    last_used: Mutex<Instant>,
     /// The reader and writer tasks; aborting them closes the socket.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Conn {
+    /// Whether it has carried nothing for `CLIENT_IDLE` and waits for nothing.
+    fn idle(&self) -> bool {
+        self.last_used.lock().elapsed() >= CLIENT_IDLE && self.pending.lock().is_empty()
+    }
+
     fn take(&self, id: u64) -> Option<Waiter> {
         self.pending.lock().remove(&id)
     }
@@ -72,6 +90,8 @@ impl Conn {
 /// Connections to every peer, dialled on first use.
 pub struct PeerPool {
     me: NodeId,
+    /// What this node says when it dials.
+    hello: Hello,
     map: Arc<MapCell>,
     conns: Mutex<HashMap<NodeId, Arc<Conn>>>,
     dial_lock: tokio::sync::Mutex<()>,
@@ -87,14 +107,15 @@ pub struct PeerPool {
 const ROUTES_CHECK: Duration = Duration::from_millis(500);
 
 impl PeerPool {
-    /// A pool for node `me`, finding peer addresses in `map`.
+    /// A pool for node `me` of `cluster`, finding peer addresses in `map`.
     pub fn new(
         me: NodeId,
+        cluster: ClusterId,
         map: Arc<MapCell>,
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        Self::build(me, map, timeouts, metrics, None)
+        Self::build(Hello::new(cluster, me), map, timeouts, metrics, None)
     }
 
     /// Like [`PeerPool::new`], with a routes file: a JSON object mapping a peer
@@ -102,23 +123,31 @@ impl PeerPool {
     /// Benchmarks use it to send cross-zone traffic through a WAN delay proxy.
     pub fn with_routes(
         me: NodeId,
+        cluster: ClusterId,
         map: Arc<MapCell>,
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
         routes: PathBuf,
     ) -> Arc<Self> {
-        Self::build(me, map, timeouts, metrics, Some(routes))
+        Self::build(
+            Hello::new(cluster, me),
+            map,
+            timeouts,
+            metrics,
+            Some(routes),
+        )
     }
 
     fn build(
-        me: NodeId,
+        hello: Hello,
         map: Arc<MapCell>,
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
         routes: Option<PathBuf>,
     ) -> Arc<Self> {
         Arc::new(PeerPool {
-            me,
+            me: hello.node,
+            hello,
             map,
             conns: Mutex::new(HashMap::new()),
             dial_lock: tokio::sync::Mutex::new(()),
@@ -239,16 +268,22 @@ impl PeerPool {
             .map(|n| n.peer_addr.clone())
             .ok_or_else(|| Error::unavailable(format!("Node {node} is not in the cluster map")))?;
         let addr = self.route(addr);
-        let stream = tokio::time::timeout(self.timeouts.connect, TcpStream::connect(&addr))
-            .await
-            .map_err(|_| {
-                Error::unavailable(format!("Connecting to node {node} at {addr} timed out"))
-            })?
-            .map_err(|e| {
+        let dial = async {
+            let mut stream = TcpStream::connect(&addr).await.map_err(|e| {
                 Error::unavailable(format!("Cannot connect to node {node} at {addr}"))
                     .with_source(e)
             })?;
-        let _ = stream.set_nodelay(true);
+            let _ = stream.set_nodelay(true);
+            crate::hello::client(&mut stream, &self.hello, node, &addr).await?;
+            Ok::<_, Error>(stream)
+        };
+        let stream = tokio::time::timeout(self.timeouts.connect, dial)
+            .await
+            .map_err(|_| {
+                Error::unavailable(format!(
+                    "Connecting to node {node} at {addr} (with the hello) timed out"
+                ))
+            })??;
         let conn = self.spawn_conn(node, stream);
         self.conns.lock().insert(node, conn.clone());
         Ok(conn)
@@ -274,10 +309,20 @@ impl PeerPool {
     }
 
     fn live(&self, node: NodeId) -> Option<Arc<Conn>> {
-        let m = self.conns.lock();
-        m.get(&node)
-            .filter(|c| !c.dead.load(Ordering::SeqCst))
-            .cloned()
+        let mut m = self.conns.lock();
+        let c = m.get(&node)?;
+        if c.idle() {
+            c.close();
+            m.remove(&node);
+            return None;
+        }
+        if c.dead.load(Ordering::SeqCst) {
+            return None;
+        }
+        // Marked used under the map's lock, so no other caller can find it idle
+        // and close it between here and the request being queued.
+        *c.last_used.lock() = Instant::now();
+        Some(c.clone())
     }
 
     fn spawn_conn(&self, node: NodeId, stream: TcpStream) -> Arc<Conn> {
@@ -287,6 +332,7 @@ impl PeerPool {
             tx,
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
+            last_used: Mutex::new(Instant::now()),
             tasks: Mutex::new(Vec::new()),
         });
         let label = node.to_string();

@@ -8,18 +8,23 @@
 //! replicas (direct) or to the first, which forwards (primary-copy), and reads from the
 //! nearest replica that answers. The [`PeerServer`] runs on every node and applies
 //! requests to the local store ([`local`]), forwarding for primary-copy writes.
+//! Its listener and connections are held to limits ([`ServerLimits`]); the accept
+//! loop ([`accept`]) and the write deadline ([`stall`]) serve the admin API too.
 #![deny(missing_docs)]
 
+pub mod accept;
 pub mod catalog;
 pub mod catchup;
 mod check;
 mod client;
 mod gateway;
+mod hello;
 pub mod local;
 mod mapcell;
 mod ranges;
 pub mod recovery;
 mod server;
+pub mod stall;
 mod throttle;
 mod writer;
 
@@ -30,4 +35,4 @@ pub use gateway::{Gateway, Membership};
 pub use local::LocalStore;
 pub use mapcell::MapCell;
 pub use recovery::{Progress, Recoverer, View};
-pub use server::PeerServer;
+pub use server::{PeerServer, ServerLimits, FRAME_STALL, PEER_IDLE};

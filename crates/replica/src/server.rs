@@ -1,55 +1,140 @@
 //! The peer side of the transport: accepts connections from other nodes' gateways
 //! and applies their requests to the local object store, concurrently, answering
 //! out of order. A primary-copy write is also forwarded to the nodes it names, and
-//! answered only when they all have it. Garbage on the port closes that connection
-//! and nothing else.
+//! answered only when they all have it.
+//!
+//! Every byte from the network is hostile until proven otherwise, so a connection
+//! is held to [`ServerLimits`]: it must say hello (same cluster, same wire version)
+//! within seconds, in one small frame; afterwards it may stay silent for
+//! [`PEER_IDLE`], and a frame that has begun must be complete within [`FRAME_STALL`].
+//! Memory for frames being received comes from one budget shared by every
+//! connection, taken before a body is allocated; the number of connections is
+//! capped; a failed accept is retried ([`crate::accept`]). Garbage on the port
+//! closes that connection and nothing else.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_proto::{Frame, PeerReq, PeerResp, WireError};
-use drove_types::Result;
+use drove_proto::{Budget, Frame, Hello, PeerReq, PeerResp, ReadLimits, WireError, MAX_FRAME};
+use drove_types::{ClusterId, Result};
+use parking_lot::Mutex;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
-use tokio::io::BufReader;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::accept::{Acceptor, LogEvery};
+use crate::hello::Greeter;
 use crate::local::LocalStore;
+use crate::stall::WriteDeadline;
 use crate::PeerPool;
 
 /// Requests one connection may have in flight.
 const MAX_IN_FLIGHT: usize = 256;
+
+/// A connection that sends nothing for this long is closed. Peer pools stop using
+/// a connection idle for half of it (see `client.rs`), so the server never closes
+/// one under a request that is on its way.
+pub const PEER_IDLE: Duration = Duration::from_secs(600);
+
+/// A frame must be received whole within this once its first byte arrived
+/// (waiting for the frame budget included). 4 MiB in 30 s needs 140 KB/s.
+pub const FRAME_STALL: Duration = Duration::from_secs(30);
+
+/// What one peer server accepts; [`ServerLimits::default`] is what a node uses.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Open connections at most; more are closed at once.
+    pub max_conns: usize,
+    /// Time to say hello after connecting.
+    pub hello: Duration,
+    /// Silence after which a connection is closed.
+    pub idle: Duration,
+    /// Time to receive a frame once begun; also how long a write of answers may
+    /// make no progress.
+    pub stall: Duration,
+    /// Bytes of frames being received, across every connection.
+    pub budget: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_conns: 4096,
+            hello: Duration::from_secs(10),
+            idle: PEER_IDLE,
+            stall: FRAME_STALL,
+            budget: 256 << 20,
+        }
+    }
+}
 
 /// Serves this node's object store to its peers.
 pub struct PeerServer {
     local: Arc<LocalStore>,
     pool: Arc<PeerPool>,
     metrics: Arc<Metrics>,
+    limits: ServerLimits,
+    budget: Budget,
+    greeter: Greeter,
 }
 
 impl PeerServer {
-    /// A server over `store`; `pool` is used to forward primary-copy writes.
-    pub fn new(local: Arc<LocalStore>, pool: Arc<PeerPool>, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// A server over `local` for a node of `cluster`, with the default limits;
+    /// `pool` (whose node id is this node's) forwards primary-copy writes.
+    pub fn new(
+        local: Arc<LocalStore>,
+        pool: Arc<PeerPool>,
+        metrics: Arc<Metrics>,
+        cluster: ClusterId,
+    ) -> Arc<Self> {
+        Self::with_limits(local, pool, metrics, cluster, ServerLimits::default())
+    }
+
+    /// [`PeerServer::new`] with other limits.
+    pub fn with_limits(
+        local: Arc<LocalStore>,
+        pool: Arc<PeerPool>,
+        metrics: Arc<Metrics>,
+        cluster: ClusterId,
+        limits: ServerLimits,
+    ) -> Arc<Self> {
+        let greeter = Greeter {
+            mine: Hello::new(cluster, pool.me()),
+            wait: limits.hello,
+            log: Mutex::new(LogEvery::new(Duration::from_secs(1))),
+        };
         Arc::new(PeerServer {
             local,
             pool,
             metrics,
+            limits,
+            budget: Budget::new(limits.budget),
+            greeter,
         })
     }
 
-    /// Accept connections until the listener fails. The connections belong to this
-    /// future: dropping it (a node shutting down) closes every one of them.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
+    /// Bytes of the frame budget taken by frames being received now.
+    pub fn budget_in_use(&self) -> usize {
+        self.budget.in_use()
+    }
+
+    /// Accept connections for ever. The connections belong to this future: dropping
+    /// it (a node shutting down) closes every one of them.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        let mut acceptor = Acceptor::new(listener, self.limits.max_conns, "peer");
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
-                accepted = listener.accept() => {
-                    let (stream, peer) = accepted?;
+                (stream, peer, slot) = acceptor.accept() => {
                     let me = self.clone();
                     conns.spawn(async move {
-                        if let Err(e) = me.serve_conn(stream).await {
+                        if let Err(e) = me.serve_conn(stream, peer).await {
                             tracing::debug!(%peer, "peer connection closed: {e}");
                         }
+                        drop(slot);
                     });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -57,21 +142,73 @@ impl PeerServer {
         }
     }
 
-    async fn serve_conn(self: Arc<Self>, stream: TcpStream) -> std::io::Result<()> {
+    async fn serve_conn(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+    ) -> std::io::Result<()> {
         let _ = stream.set_nodelay(true);
-        let (rd, wr) = stream.into_split();
+        let (mut rd, mut wr) = stream.into_split();
+        // Unbuffered until the hello is accepted: a stranger gets no 256 KiB buffer.
+        let greeted = self
+            .greeter
+            .greet(&mut rd, &mut wr, peer, &self.budget)
+            .await?;
+        let Some(theirs) = greeted else {
+            return Ok(());
+        };
+        tracing::debug!(%peer, node = %theirs.node, "peer connection open");
         let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
-        let writer = tokio::spawn(crate::writer::drain(rx, wr, |_| {}));
-        let sem = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-        let mut rd = BufReader::with_capacity(256 << 10, rd);
-        let result = loop {
-            let frame = match Frame::<PeerReq>::read_from(&mut rd).await {
-                Ok(Some((f, _))) => f,
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
+        let wr = WriteDeadline::new(wr, self.limits.stall);
+        let mut writer = tokio::spawn(crate::writer::drain(rx, wr, |_| {}));
+        let rd = BufReader::with_capacity(256 << 10, rd);
+        let result = tokio::select! {
+            r = self.clone().read_requests(rd, tx, peer) => r,
+            // The writer stops on an error or a stalled write (the peer does not
+            // read its answers): stop reading requests too.
+            w = &mut writer => return w.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        };
+        // The reader is done and its sender dropped: the writer ends once every
+        // request in flight has been answered.
+        let _ = writer.await;
+        result
+    }
+
+    /// Read requests and start each one, until the connection ends, idles out or
+    /// stalls in the middle of a frame.
+    async fn read_requests(
+        self: Arc<Self>,
+        mut rd: BufReader<OwnedReadHalf>,
+        tx: mpsc::Sender<drove_proto::Encoded>,
+        peer: SocketAddr,
+    ) -> std::io::Result<()> {
+        let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let limits = ReadLimits {
+            max_body: MAX_FRAME,
+            budget: Some(&self.budget),
+        };
+        loop {
+            match tokio::time::timeout(self.limits.idle, rd.fill_buf()).await {
+                Err(_) => {
+                    tracing::debug!(%peer, "peer connection closed: idle for {:?}", self.limits.idle);
+                    return Ok(());
+                }
+                Ok(Ok([])) => return Ok(()),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+            }
+            let read = Frame::<PeerReq>::read_limited(&mut rd, &limits);
+            let frame = match tokio::time::timeout(self.limits.stall, read).await {
+                Err(_) => {
+                    tracing::info!(%peer, "peer connection closed: a frame took over {:?}", self.limits.stall);
+                    return Ok(());
+                }
+                Ok(Ok(Some((f, _)))) => f,
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Err(e)) => return Err(e),
             };
-            let Ok(permit) = sem.clone().acquire_owned().await else {
-                break Ok(());
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                return Ok(());
             };
             let me = self.clone();
             let tx = tx.clone();
@@ -80,10 +217,7 @@ impl PeerServer {
                 let _ = tx.send(reply).await;
                 drop(permit);
             });
-        };
-        drop(tx);
-        let _ = writer.await;
-        result
+        }
     }
 
     async fn handle(&self, frame: Frame<PeerReq>) -> drove_proto::Encoded {

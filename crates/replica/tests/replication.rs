@@ -145,8 +145,15 @@ async fn test_routes_file_redirects_peer_connections() {
         let dir2 = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir2.path(), 4 << 20).unwrap());
         let cell = Arc::new(MapCell::default());
-        let pool = PeerPool::new(NodeId(2), cell, PeerTimeouts::default(), Metrics::new());
-        tokio::spawn(PeerServer::new(LocalStore::new(store), pool, Metrics::new()).serve(l));
+        let pool = PeerPool::new(
+            NodeId(2),
+            CLUSTER,
+            cell,
+            PeerTimeouts::default(),
+            Metrics::new(),
+        );
+        let server = PeerServer::new(LocalStore::new(store), pool, Metrics::new(), CLUSTER);
+        tokio::spawn(server.serve(l));
         std::mem::forget(dir2);
         a
     };
@@ -165,6 +172,7 @@ async fn test_routes_file_redirects_peer_connections() {
     };
     let pool = PeerPool::with_routes(
         NodeId(1),
+        CLUSTER,
         Arc::new(MapCell::new(map)),
         timeouts,
         Metrics::new(),

@@ -14,14 +14,6 @@ pub enum ErrorKind {
     /// The sender works from a cluster map older than the receiver's: it must wait
     /// for the newer map and send the request again (to the replicas of that map).
     StaleEpoch,
-    /// A write carries a lock generation older than the newest the receiver knows
-    /// for its VDI: another gateway holds the VDI's lock now (fencing). Final.
-    Fenced,
-    /// The receiver's copy of the object is being recovered (it may lack
-    /// acknowledged writes): read another replica.
-    Recovering,
-    /// The VDI was deleted (or rolled back, or never existed on this cluster).
-    Gone,
     /// A replica, node or the metadata leader could not be reached in time.
     Unavailable,
     /// Stored data failed its checksum.
@@ -34,6 +26,15 @@ pub enum ErrorKind {
     NoSpace,
     /// The VDI is being written through another node (it holds the VDI's lock).
     Locked,
+    // Variants are encoded by position on the wire: new ones go at the end.
+    /// A write carries a lock generation older than the newest the receiver knows
+    /// for its VDI: another gateway holds the VDI's lock now (fencing). Final.
+    Fenced,
+    /// The receiver's copy of the object is being recovered (it may lack
+    /// acknowledged writes): read another replica.
+    Recovering,
+    /// The VDI was deleted (or rolled back, or never existed on this cluster).
+    Gone,
 }
 
 impl ErrorKind {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use drove_metrics::Metrics;
 use drove_objstore::MemStore;
 use drove_replica::{LocalStore, MapCell, PeerPool, PeerTimeouts};
-use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId};
+use drove_types::{ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId};
 use std::time::Duration;
 
 /// Grants every lock at once with generation 1.
@@ -34,7 +34,13 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
     map.nodes.insert(me, NodeInfo::new(me, "z1"));
     let cell = Arc::new(MapCell::new(map));
     let metrics = Metrics::new();
-    let pool = PeerPool::new(me, cell.clone(), PeerTimeouts::default(), metrics.clone());
+    let pool = PeerPool::new(
+        me,
+        ClusterId(1),
+        cell.clone(),
+        PeerTimeouts::default(),
+        metrics.clone(),
+    );
     let local = LocalStore::new(Arc::new(MemStore::new(4 << 20)));
     let info = VdiInfo {
         id: VdiId(1),

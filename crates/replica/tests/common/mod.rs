@@ -6,11 +6,16 @@ use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
 use drove_replica::{Catalog, Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
-use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId, VdiInfo};
+use drove_types::{
+    ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId, VdiInfo,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// The cluster every test node belongs to.
+pub const CLUSTER: ClusterId = ClusterId(0xd20e);
 
 /// The VDI ids the tests write: 7 (see [`vdi`]), 20 and 21 (both modes); all exist,
 /// with lock generation 1 handed out.
@@ -23,7 +28,7 @@ pub struct TestNode {
     pub gateway: Arc<Gateway>,
     pub pool: Arc<PeerPool>,
     pub map: Arc<MapCell>,
-    pub server: tokio::task::JoinHandle<std::io::Result<()>>,
+    pub server: tokio::task::JoinHandle<()>,
     pub _dir: tempfile::TempDir,
 }
 
@@ -64,7 +69,7 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
             connect: Duration::from_secs(1),
             request: Duration::from_secs(3),
         };
-        let pool = PeerPool::new(NodeId(i), cell.clone(), timeouts, metrics.clone());
+        let pool = PeerPool::new(NodeId(i), CLUSTER, cell.clone(), timeouts, metrics.clone());
         let local = match caught_up {
             None => LocalStore::new(store.clone()),
             Some(epoch) => {
@@ -81,7 +86,8 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
             metrics.clone(),
         );
         local.catalog().publish(catalog(&map, &[]));
-        let server = tokio::spawn(PeerServer::new(local.clone(), pool.clone(), metrics).serve(l));
+        let server =
+            tokio::spawn(PeerServer::new(local.clone(), pool.clone(), metrics, CLUSTER).serve(l));
         out.push(TestNode {
             id: NodeId(i),
             store,

@@ -1,0 +1,215 @@
+//! Serving the admin HTTP API (CLI calls, `/metrics`, and the metadata's Raft and
+//! internal routes) so that it survives abuse.
+//!
+//! `axum::serve` accepts any number of connections, keeps idle ones for ever and
+//! lets a request body grow to its route's limit as slowly as the sender likes:
+//! 8 connections each sending a partial 60 MB `/raft/append` body grew a node by
+//! 395 MB. So the listener is served here by hand, with hyper's HTTP/1 connection
+//! (the admin API speaks nothing else):
+//! - the accept loop of the peer server ([`Acceptor`]): a cap on connections, and
+//!   an accept error (EMFILE) retried with backoff instead of ending the loop;
+//! - hyper's header read timeout, which also runs while a kept-alive connection
+//!   waits for its next request: a connection silent for [`AdminLimits::idle`] is
+//!   closed; a response the client does not read for as long fails
+//!   ([`WriteDeadline`]);
+//! - a middleware ([`receive_body`]) that takes a body's announced length from a
+//!   byte budget shared by all connections before reading it, and wants the whole
+//!   body within [`AdminLimits::body`]. A body over [`AdminLimits::max_body`] is
+//!   refused with 413; one without a length may be at most [`SMALL_BODY`] (411
+//!   beyond). Bodies up to [`SMALL_BODY`] do not take from the budget: at most one
+//!   per connection is in flight (HTTP/1 serves a connection's requests in turn),
+//!   so the connection cap bounds them, and Raft heartbeats and CLI calls are not
+//!   queued behind large bodies when the budget is exhausted.
+use axum::body::{Body, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use bytes::{Bytes, BytesMut};
+use drove_proto::Budget;
+use drove_replica::accept::Acceptor;
+use drove_replica::stall::WriteDeadline;
+use futures::StreamExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// A body of at most this many bytes needs no length and takes nothing from the
+/// budget.
+pub const SMALL_BODY: usize = 64 << 10;
+
+/// What the admin listener accepts; [`AdminLimits::default`] is what a node uses.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminLimits {
+    /// Open connections at most; more are closed at once.
+    pub max_conns: usize,
+    /// Time allowed for a request's headers, counted from the end of the previous
+    /// response (or the connection's start); also how long a response may wait
+    /// for the client to read it.
+    pub idle: Duration,
+    /// Time allowed to receive a body, waiting for the budget included.
+    pub body: Duration,
+    /// Largest body (the metadata routes take up to 64 MiB: a batch of Raft log
+    /// entries or a snapshot).
+    pub max_body: usize,
+    /// Bytes of bodies being received or handled, across every connection.
+    pub budget: usize,
+}
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        AdminLimits {
+            max_conns: 1024,
+            idle: Duration::from_secs(60),
+            body: Duration::from_secs(60),
+            max_body: 64 << 20,
+            budget: 256 << 20,
+        }
+    }
+}
+
+/// The admin listener's state.
+pub struct AdminServer {
+    limits: AdminLimits,
+    budget: Budget,
+}
+
+impl AdminServer {
+    /// A server held to `limits`.
+    pub fn new(limits: AdminLimits) -> Arc<Self> {
+        Arc::new(AdminServer {
+            limits,
+            budget: Budget::new(limits.budget),
+        })
+    }
+
+    /// Bytes of the body budget taken now.
+    pub fn budget_in_use(&self) -> usize {
+        self.budget.in_use()
+    }
+
+    /// Serve `router` on `listener` for ever. The connections belong to this
+    /// future: dropping it closes them.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, router: Router) {
+        let app = router.layer(middleware::from_fn_with_state(self.clone(), receive_body));
+        let mut acceptor = Acceptor::new(listener, self.limits.max_conns, "admin");
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                (stream, peer, slot) = acceptor.accept() => {
+                    let io = TokioIo::new(WriteDeadline::new(stream, self.limits.idle));
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(self.limits.idle)
+                        .serve_connection(io, TowerToHyperService::new(app.clone()));
+                    conns.spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(%peer, "admin connection closed: {e}");
+                        }
+                        drop(slot);
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    }
+}
+
+/// Receive a request's body within the limits (see the module doc), then hand the
+/// request on with the body in memory. The budget is held until the handler is
+/// done with it.
+async fn receive_body(
+    State(server): State<Arc<AdminServer>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let limits = &server.limits;
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let announced = req.body().size_hint().exact();
+    let (cap, from_budget) = match announced.map(|n| usize::try_from(n).unwrap_or(usize::MAX)) {
+        Some(n) if n > limits.max_body => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "A request body of {n} bytes is over the limit of {}",
+                    limits.max_body
+                ),
+            )
+        }
+        Some(n) if n > SMALL_BODY => (n, n),
+        Some(n) => (n, 0),
+        None => (SMALL_BODY, 0),
+    };
+    let (parts, body) = req.into_parts();
+    let receive = async {
+        let taken = match from_budget {
+            0 => None,
+            n => Some(server.budget.take(n).await.map_err(|e| {
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("Cannot receive a body: {e}"),
+                )
+            })?),
+        };
+        let bytes = collect(body, cap, announced.is_none()).await?;
+        Ok::<_, Response>((taken, bytes))
+    };
+    let (taken, bytes) = match tokio::time::timeout(limits.body, receive).await {
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("The request body did not arrive within {:?}", limits.body),
+            )
+        }
+        Ok(Err(refusal)) => return refusal,
+        Ok(Ok(received)) => received,
+    };
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(taken);
+    response
+}
+
+/// The body, at most `cap` bytes (allocated up front: the length is known and
+/// paid for, or small).
+async fn collect(body: Body, cap: usize, unannounced: bool) -> Result<Bytes, Response> {
+    let mut buf = BytesMut::with_capacity(cap);
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                format!("Cannot read the request body: {e}"),
+            )
+        })?;
+        if buf.len() + chunk.len() > cap {
+            // hyper checks an announced length itself; this is a body without one.
+            let status = if unannounced {
+                StatusCode::LENGTH_REQUIRED
+            } else {
+                StatusCode::PAYLOAD_TOO_LARGE
+            };
+            return Err(refuse(
+                status,
+                format!("A request body over {cap} bytes needs a Content-Length"),
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+fn refuse(status: StatusCode, message: String) -> Response {
+    let body = crate::api::ApiError {
+        error: "invalid".to_string(),
+        message,
+    };
+    (status, axum::Json(body)).into_response()
+}
