@@ -130,7 +130,12 @@ pub(crate) async fn receive(
     State(meta): State<Arc<Meta>>,
     Json(hb): Json<Heartbeat>,
 ) -> Json<bool> {
-    meta.health.record(hb);
+    // Only members' heartbeats are kept: the table must not grow with made-up ids.
+    if meta.state().map.node(hb.node).is_some() {
+        meta.health.record(hb);
+    } else {
+        tracing::debug!(node = %hb.node, "ignored a heartbeat from a node not in the map");
+    }
     Json(meta.status().leader == Some(meta.node_id()))
 }
 

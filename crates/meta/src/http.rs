@@ -3,6 +3,7 @@
 //! and internal calls under `/meta/` (answered only by the leader; see
 //! [`crate::remote`]). Bodies are JSON.
 use crate::meta::Meta;
+use crate::raft_checks;
 use crate::remote::{Hello, JoinRequest, Role, Wire, Written, CLUSTER_HEADER};
 use crate::types::{Request, TypeConfig};
 use crate::write::SERVE_TIMEOUT;
@@ -76,31 +77,61 @@ async fn same_cluster(State(meta): State<Arc<Meta>>, req: HttpRequest, next: Nex
         .into_response()
 }
 
+/// This node's side of the Raft RPC checks.
+fn own(meta: &Meta) -> raft_checks::Own {
+    raft_checks::Own {
+        term: meta.raft.metrics().borrow().current_term,
+    }
+}
+
+/// A Raft RPC refused before openraft saw it.
+fn refused(what: &str, why: String) -> Response {
+    tracing::warn!("refused a Raft {what}: {why}");
+    (StatusCode::BAD_REQUEST, format!("Refused {what}: {why}")).into_response()
+}
+
 async fn append(
     State(meta): State<Arc<Meta>>,
     Json(req): Json<AppendEntriesRequest<TypeConfig>>,
-) -> Json<Result<AppendEntriesResponse<u64>, RaftError<u64>>> {
-    Json(meta.raft.append_entries(req).await)
+) -> Response {
+    if let Err(why) = raft_checks::append(&req, own(&meta)) {
+        return refused("append", why);
+    }
+    let res: Result<AppendEntriesResponse<u64>, RaftError<u64>> =
+        meta.raft.append_entries(req).await;
+    Json(res).into_response()
 }
 
-async fn vote(
-    State(meta): State<Arc<Meta>>,
-    Json(req): Json<VoteRequest<u64>>,
-) -> Json<Result<VoteResponse<u64>, RaftError<u64>>> {
-    Json(meta.raft.vote(req).await)
+async fn vote(State(meta): State<Arc<Meta>>, Json(req): Json<VoteRequest<u64>>) -> Response {
+    if let Err(why) = raft_checks::vote(&req, own(&meta)) {
+        return refused("vote", why);
+    }
+    let res: Result<VoteResponse<u64>, RaftError<u64>> = meta.raft.vote(req).await;
+    Json(res).into_response()
 }
 
 async fn snapshot(
     State(meta): State<Arc<Meta>>,
     Json(req): Json<InstallSnapshotRequest<TypeConfig>>,
-) -> Json<Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>> {
-    Json(meta.raft.install_snapshot(req).await)
+) -> Response {
+    if let Err(why) = raft_checks::snapshot(&req, own(&meta)) {
+        return refused("snapshot", why);
+    }
+    let res: Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> =
+        meta.raft.install_snapshot(req).await;
+    Json(res).into_response()
 }
 
 async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<Wire<Written>> {
     if meta.is_closed() {
         return Json(Wire::unavailable("Metadata service stopped"));
     }
+    // The time in the log is the leader's, not the sender's: a sender cannot date a
+    // lease or a verdict as it likes.
+    let req = Request {
+        now: crate::meta::unix_now(),
+        ..req
+    };
     Json(meta.local_write_within(req, SERVE_TIMEOUT).await)
 }
 

@@ -19,6 +19,7 @@ mod log_store;
 mod membership;
 mod meta;
 mod network;
+mod raft_checks;
 mod remote;
 mod startup;
 mod state;

@@ -19,6 +19,16 @@ pub const SECTOR_SIZE: u64 = 512;
 /// Largest object size a VDI may ask for: 1 GiB.
 pub const MAX_OBJECT_SIZE: u32 = 1 << 30;
 
+/// Longest lock lease: a lock taken for longer could outlive its holder for good
+/// (an endless lease once locked a VDI across restarts).
+pub const MAX_LEASE_MS: u64 = 10 * 60 * 1000;
+
+/// How far a lock request's clock may be from the time in its log entry.
+pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+
+/// Largest placement weight of a node.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
 /// One change of the cluster map, kept forever so recovery can reason about old epochs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochRecord {
@@ -374,6 +384,7 @@ impl MetaState {
                 Ok(Reply::NodeId(id))
             }
             Command::UpsertNode(node) => {
+                check_node(node, self.next_node_id)?;
                 self.upsert_node(node, now);
                 Ok(Reply::Done)
             }
@@ -491,7 +502,20 @@ impl MetaState {
                 now_ms,
                 lease_ms,
                 incarnation,
-            } => self.acquire_lock(vdi, *node, *incarnation, *now_ms, *lease_ms),
+            } => {
+                if *lease_ms == 0 || *lease_ms > MAX_LEASE_MS {
+                    return Err(invalid(format!(
+                        "Bad lease {lease_ms} ms: use 1 to {MAX_LEASE_MS} ms"
+                    )));
+                }
+                if now_ms.abs_diff(now.saturating_mul(1000)) > MAX_CLOCK_SKEW_MS {
+                    return Err(invalid(format!(
+                        "Lock request stamped {now_ms} ms, {} ms away from the leader's clock: fix the clocks (NTP)",
+                        now_ms.abs_diff(now.saturating_mul(1000))
+                    )));
+                }
+                self.acquire_lock(vdi, *node, *incarnation, *now_ms, *lease_ms)
+            }
             Command::MarkSettled {
                 vdi,
                 node,
@@ -714,6 +738,37 @@ impl MetaState {
             map: self.map.clone(),
         });
     }
+}
+
+/// A node record must name an allocated id, a valid zone, a sane weight and
+/// addresses of the form host:port.
+fn check_node(node: &NodeInfo, next_node_id: u64) -> Result<(), (ErrorKind, String)> {
+    let id = node.id;
+    if id.0 == 0 || id.0 >= next_node_id {
+        return Err(invalid(format!("Node id {id} was never handed out")));
+    }
+    if validate_name(&node.zone).is_err() {
+        return Err(invalid(format!("Bad zone name '{}'", node.zone)));
+    }
+    if node.weight > MAX_WEIGHT {
+        return Err(invalid(format!(
+            "Bad weight {}: at most {MAX_WEIGHT}",
+            node.weight
+        )));
+    }
+    for (what, addr) in [
+        ("admin", &node.admin_addr),
+        ("peer", &node.peer_addr),
+        ("NBD", &node.nbd_addr),
+    ] {
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(format!("Bad {what} address '{addr}' of node {id}")));
+        }
+    }
+    if node.nbd_socket.len() > 4096 {
+        return Err(invalid(format!("NBD socket path of node {id} is too long")));
+    }
+    Ok(())
 }
 
 fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {

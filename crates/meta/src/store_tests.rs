@@ -38,6 +38,8 @@ fn entry(index: u64, id: RequestId, cmd: Command) -> Entry {
 fn node(id: u64) -> NodeInfo {
     NodeInfo {
         admin_addr: format!("127.0.0.1:{id}"),
+        peer_addr: format!("127.0.0.1:{}", id + 100),
+        nbd_addr: format!("127.0.0.1:{}", id + 200),
         ..NodeInfo::new(NodeId(id), "z")
     }
 }
@@ -74,7 +76,7 @@ async fn test_a_verdict_committed_in_another_term_is_refused() {
     let db = Db::open(&dir.path().join("raft.redb")).unwrap();
     let (mut sm, rx) = StateMachine::open(db).unwrap();
     let judge = |term| Command::JudgeNodeState {
-        id: NodeId(2),
+        id: NodeId(1),
         state: NodeState::Down,
         term,
     };
@@ -82,7 +84,7 @@ async fn test_a_verdict_committed_in_another_term_is_refused() {
     late.log_id = LogId::new(CommittedLeaderId::new(2, 1), 3);
     let out = sm
         .apply([
-            entry(1, rid(1), Command::UpsertNode(node(2))),
+            entry(1, rid(1), Command::UpsertNode(node(1))),
             // Judged by the leader of term 1 and committed in term 2 (the old leader
             // was cut off; its write was forwarded to the new one after the heal).
             late,
@@ -96,7 +98,7 @@ async fn test_a_verdict_committed_in_another_term_is_refused() {
     assert!(refused.1.contains("term 1"), "{refused:?}");
     assert_eq!(out[2], Ok(Reply::Done));
     let state = rx.borrow().clone();
-    assert_eq!(state.map.node(NodeId(2)).unwrap().state, NodeState::Down);
+    assert_eq!(state.map.node(NodeId(1)).unwrap().state, NodeState::Down);
     // One epoch for the join, one for the verdict of term 1; none for the late one.
     assert_eq!(state.epoch_history.len(), 2);
 }

@@ -10,8 +10,13 @@ fn state() -> MetaState {
 pub(super) fn state_with(name: &str) -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=3 {
-        let n = NodeInfo::new(NodeId(id), format!("z{id}"));
-        s.apply(&Command::UpsertNode(n), 100).unwrap();
+        let n = NodeInfo {
+            admin_addr: format!("127.0.0.1:{}", 7000 + id),
+            peer_addr: format!("127.0.0.1:{}", 7100 + id),
+            nbd_addr: format!("127.0.0.1:{}", 7200 + id),
+            ..NodeInfo::new(NodeId(id), format!("z{id}"))
+        };
+        super::tests::add(&mut s, n, 100);
     }
     s.apply(
         &Command::CreateVdi {
@@ -230,4 +235,26 @@ fn test_delete_is_refused_while_locked_and_allowed_after_expiry() {
     )
     .unwrap();
     assert!(s.locks.is_empty());
+}
+
+#[test]
+fn test_an_endless_lease_or_a_wild_clock_is_refused_and_locks_nothing() {
+    let mut s = state();
+    let lock = |lease_ms, now_ms| Command::AcquireLock {
+        vdi: "vm".into(),
+        node: NodeId(1),
+        now_ms,
+        lease_ms,
+        incarnation: 0,
+    };
+    // The request that once locked a VDI forever, across restarts.
+    let (kind, msg) = s.apply(&lock(u64::MAX, 1_000_000), 1_000).unwrap_err();
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("lease"), "{msg}");
+    // Stamped a year ahead of the log entry's time.
+    let year = 365 * 24 * 3600 * 1000;
+    let (_, msg) = s.apply(&lock(10_000, 1_000_000 + year), 1_000).unwrap_err();
+    assert!(msg.contains("clock"), "{msg}");
+    assert!(s.locks.is_empty(), "nothing was locked");
+    lock_of(s.apply(&lock(10_000, 1_000_000), 1_000));
 }

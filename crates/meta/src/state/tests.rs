@@ -15,10 +15,18 @@ fn node(id: u64, zone: &str) -> NodeInfo {
     }
 }
 
+/// Apply `UpsertNode(n)` at `now`, first handing out ids up to `n.id` as joins do.
+pub(super) fn add(s: &mut MetaState, n: NodeInfo, now: u64) {
+    while s.next_node_id <= n.id.0 {
+        s.apply(&Command::AllocateNodeId, now).unwrap();
+    }
+    s.apply(&Command::UpsertNode(n), now).unwrap();
+}
+
 fn with_nodes(n: u64) -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=n {
-        s.apply(&Command::UpsertNode(node(id, "z")), 100).unwrap();
+        add(&mut s, node(id, "z"), 100);
     }
     s
 }
@@ -89,8 +97,8 @@ fn test_health_settings_and_min_copies_are_checked() {
 #[test]
 fn test_every_epoch_record_keeps_its_map() {
     let mut s = MetaState::default();
-    s.apply(&Command::UpsertNode(node(1, "a")), 0).unwrap();
-    s.apply(&Command::UpsertNode(node(2, "b")), 0).unwrap();
+    add(&mut s, node(1, "a"), 0);
+    add(&mut s, node(2, "b"), 0);
     s.apply(
         &Command::SetNodeState {
             id: NodeId(2),
@@ -130,7 +138,7 @@ fn test_allocate_node_id_is_sequential() {
 #[test]
 fn test_upsert_new_node_bumps_epoch_and_records_history() {
     let mut s = MetaState::default();
-    s.apply(&Command::UpsertNode(node(1, "a")), 50).unwrap();
+    add(&mut s, node(1, "a"), 50);
     assert_eq!(s.map.epoch, Epoch(1));
     assert_eq!(s.map.nodes[&NodeId(1)].zone, "a");
     assert_eq!(s.epoch_history.len(), 1);
@@ -144,11 +152,11 @@ fn test_upsert_address_change_keeps_epoch() {
     let mut s = with_nodes(1);
     let mut n = node(1, "z");
     n.admin_addr = "10.9.9.9:7000".to_string();
-    s.apply(&Command::UpsertNode(n.clone()), 60).unwrap();
+    add(&mut s, n.clone(), 60);
     assert_eq!(s.map.epoch, Epoch(1));
     assert_eq!(s.map.nodes[&NodeId(1)].admin_addr, "10.9.9.9:7000");
     // Re-applying the same record changes nothing.
-    s.apply(&Command::UpsertNode(n), 61).unwrap();
+    add(&mut s, n, 61);
     assert_eq!(s.map.epoch, Epoch(1));
     assert_eq!(s.epoch_history.len(), 1);
 }
@@ -157,13 +165,13 @@ fn test_upsert_address_change_keeps_epoch() {
 fn test_upsert_zone_weight_or_state_change_bumps_epoch() {
     let mut s = with_nodes(1);
     let mut n = node(1, "other");
-    s.apply(&Command::UpsertNode(n.clone()), 70).unwrap();
+    add(&mut s, n.clone(), 70);
     assert_eq!(s.map.epoch, Epoch(2));
     n.weight = 5;
-    s.apply(&Command::UpsertNode(n.clone()), 71).unwrap();
+    add(&mut s, n.clone(), 71);
     assert_eq!(s.map.epoch, Epoch(3));
     n.state = NodeState::Down;
-    s.apply(&Command::UpsertNode(n), 72).unwrap();
+    add(&mut s, n, 72);
     assert_eq!(s.map.epoch, Epoch(4));
     let changes: Vec<&str> = s.epoch_history.iter().map(|r| r.change.as_str()).collect();
     assert!(changes[1].contains("zone z -> other"), "{changes:?}");
@@ -466,7 +474,7 @@ fn test_only_a_drained_or_down_node_is_removed() {
     // Drained (weight 0): removed, with an epoch of its own.
     let mut drained = node(2, "z");
     drained.weight = 0;
-    s.apply(&Command::UpsertNode(drained), 51).unwrap();
+    add(&mut s, drained, 51);
     s.apply(&remove(2), 52).unwrap();
     assert!(s.map.node(NodeId(2)).is_none());
     assert_eq!(s.map.epoch, Epoch(5));
@@ -490,4 +498,33 @@ fn test_only_a_drained_or_down_node_is_removed() {
         s.map.nodes.keys().copied().collect::<Vec<_>>(),
         vec![NodeId(1)]
     );
+}
+
+#[test]
+fn test_a_node_record_with_an_id_never_handed_out_or_bad_addresses_is_refused() {
+    let mut s = with_nodes(2);
+    let before = s.clone();
+    let bad = [
+        NodeInfo {
+            id: NodeId(99),
+            ..node(99, "z")
+        },
+        NodeInfo {
+            peer_addr: "evil.example:1".into(),
+            ..node(2, "z")
+        },
+        NodeInfo {
+            zone: "../etc".into(),
+            ..node(2, "z")
+        },
+        NodeInfo {
+            weight: u32::MAX,
+            ..node(2, "z")
+        },
+    ];
+    for n in bad {
+        let (kind, msg) = s.apply(&Command::UpsertNode(n.clone()), 200).unwrap_err();
+        assert_eq!(kind, ErrorKind::Invalid, "{n:?}: {msg}");
+    }
+    assert_eq!(s, before, "nothing changed");
 }
