@@ -81,16 +81,15 @@ pub fn append(req: &AppendEntriesRequest<TypeConfig>, own: Own) -> Result<(), St
             req.entries.len()
         ));
     }
-    let mut next = req.prev_log_id.map_or(0, |l| l.index + 1);
-    for e in &req.entries {
+    let first = req.prev_log_id.map_or(0, |l| l.index + 1);
+    for (want, e) in (first..).zip(&req.entries) {
         check_log_id("entry", &Some(e.log_id), term)?;
-        if e.log_id.index != next {
+        if e.log_id.index != want {
             return Err(format!(
-                "entry index {} where {next} was expected",
+                "entry index {} where {want} was expected",
                 e.log_id.index
             ));
         }
-        next += 1;
     }
     Ok(())
 }
