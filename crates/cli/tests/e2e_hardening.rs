@@ -155,3 +155,61 @@ fn test_deleting_an_open_vdi_names_its_clients_and_a_forced_delete_fails_their_r
     );
     assert!(t.contains("Input/output error"), "{t}");
 }
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: probing (and reaping) a process this test started.
+    unsafe {
+        libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+        libc::kill(pid as i32, 0) == 0
+    }
+}
+
+/// A node taken out with `node leave` learns it was removed, says so and stops; started
+/// again on its data directory it refuses to rejoin (it once kept running and listed
+/// itself as a learner).
+#[test]
+fn test_a_node_removed_by_leave_stops_and_does_not_rejoin() {
+    let c = Cluster::start(4, 4);
+    let gone = c.nodes[3].clone();
+    let o = c.drove(0, &["node", "leave", &gone.id.to_string()]);
+    assert!(o.status.success(), "node leave failed: {}", text(&o));
+    wait_until(Duration::from_secs(60), "the removed node to stop", || {
+        !alive(gone.pid)
+    });
+    let log = std::fs::read_to_string(std::path::Path::new(&gone.data).join("node.log")).unwrap();
+    assert!(log.contains("was removed from the cluster"), "{log}");
+    let o = c.drove(0, &["node", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["nodes"].as_object().map(|a| a.len()), Some(3), "{v}");
+
+    let started = Instant::now();
+    let o = run(Command::new(drove_bin()).args([
+        "node",
+        "run",
+        "--data",
+        &gone.data,
+        "--zone",
+        &gone.zone,
+        "--listen",
+        &gone.admin,
+        "--peer-listen",
+        &gone.peer,
+        "--nbd-listen",
+        gone.nbd_tcp.trim_start_matches("nbd://"),
+    ]));
+    let t = text(&o);
+    assert!(!o.status.success(), "a removed node started again: {t}");
+    assert!(t.contains("was removed from the cluster"), "{t}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let o = c.drove(0, &["node", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["nodes"].as_object().map(|a| a.len()),
+        Some(3),
+        "it did not come back: {v}"
+    );
+}

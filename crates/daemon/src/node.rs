@@ -116,12 +116,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
     meta.ready(READY_TIMEOUT).await?;
+    let removed = Arc::new(tokio::sync::Notify::new());
     let watch_task = tokio::spawn(crate::watch::follow(
         meta.clone(),
         map,
         exports.clone(),
         local,
         recoverer.clone(),
+        removed.clone(),
     ));
     let recovery_task = tokio::spawn(recoverer.clone().run());
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
@@ -135,7 +137,18 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd = %info.nbd_addr, socket = %info.nbd_socket, "node ready"
     );
 
-    shutdown.await;
+    let outcome = tokio::select! {
+        () = shutdown => Ok(()),
+        () = removed.notified() => {
+            let why = format!(
+                "This node ({me}) was removed from the cluster (drove node leave/remove): it \
+                 stops serving. To bring this host back, empty {} and join it as a new node",
+                cfg.data.display()
+            );
+            tracing::error!("{why}");
+            Err(Error::new(drove_types::ErrorKind::Gone, why))
+        }
+    };
     tracing::info!(node = %me, "shutting down");
     nbd_tcp.abort();
     nbd_unix.abort();
@@ -153,7 +166,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     health_task.abort();
     peer_task.abort();
     admin_task.abort();
-    Ok(())
+    outcome
 }
 
 /// Free space below which a node reports itself unhealthy (kept down, so writes go

@@ -8,13 +8,15 @@ use std::sync::Arc;
 
 use crate::exports::VdiExports;
 
-/// Follow the metadata until it shuts down.
+/// Follow the metadata until it shuts down, or until it says this node was removed
+/// from the cluster: then `removed` fires and following ends.
 pub async fn follow(
     meta: Arc<Meta>,
     map: Arc<MapCell>,
     exports: Arc<VdiExports>,
     local: Arc<LocalStore>,
     recoverer: Arc<Recoverer>,
+    removed: Arc<tokio::sync::Notify>,
 ) {
     let mut rx = meta.watch();
     let me = meta.node_id();
@@ -24,6 +26,10 @@ pub async fn follow(
     let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
+        if state.removed.contains(&me) {
+            removed.notify_one();
+            return;
+        }
         let current = Arc::new(state.map.clone());
         map.set(current.clone());
         // Before recovery sees the new epoch: requests admitted at an epoch are then

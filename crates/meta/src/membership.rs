@@ -46,6 +46,16 @@ impl Meta {
         if let Some(redirect) = self.unless_leader() {
             return redirect;
         }
+        if self.state().removed.contains(&drove_types::NodeId(req.id)) {
+            return Wire::Err {
+                kind: drove_types::ErrorKind::Gone,
+                msg: format!(
+                    "Node {} was removed from the cluster; to bring this host back, empty its \
+                     data directory and join it as a new node",
+                    req.id
+                ),
+            };
+        }
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
         let node = BasicNode {

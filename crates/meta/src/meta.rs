@@ -243,6 +243,7 @@ impl Meta {
         .await;
         match waited {
             Ok(Ok(Progress::Ready)) => Ok(()),
+            Ok(Ok(Progress::Failed(why))) => Err(Error::new(drove_types::ErrorKind::Gone, why)),
             Ok(_) => Err(Error::unavailable("Metadata service stopped")),
             Err(_) => {
                 let why = match &*self.progress.borrow() {

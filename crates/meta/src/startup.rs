@@ -24,6 +24,8 @@ pub(crate) enum Progress {
     Ready,
     /// Shut down before getting ready.
     Stopped,
+    /// Can never get ready (this node was removed from the cluster), and why.
+    Failed(String),
 }
 
 /// How long one join attempt keeps looking for the leader.
@@ -153,6 +155,11 @@ impl Meta {
                 }
                 Err(e) => {
                     if self.is_closed() {
+                        return;
+                    }
+                    if e.kind() == drove_types::ErrorKind::Gone {
+                        tracing::error!(node = self.id, "{e}");
+                        self.progress.send_replace(Progress::Failed(e.to_string()));
                         return;
                     }
                     tries += 1;

@@ -121,6 +121,11 @@ pub struct MetaState {
     /// (settled < G - 1) must make the replicas identical before serving the VDI.
     #[serde(default)]
     pub settled: BTreeMap<VdiId, u64>,
+    /// Nodes removed from the cluster: their ids never come back (a removed node
+    /// that restarts must not rejoin with its stale data; it learns it was removed
+    /// and stops).
+    #[serde(default)]
+    pub removed: std::collections::BTreeSet<NodeId>,
 }
 
 impl Default for MetaState {
@@ -135,6 +140,7 @@ impl Default for MetaState {
             locks: BTreeMap::new(),
             lock_generations: BTreeMap::new(),
             settled: BTreeMap::new(),
+            removed: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -384,7 +390,7 @@ impl MetaState {
                 Ok(Reply::NodeId(id))
             }
             Command::UpsertNode(node) => {
-                check_node(node, self.next_node_id)?;
+                check_node(node, self.next_node_id, &self.removed)?;
                 self.upsert_node(node, now);
                 Ok(Reply::Done)
             }
@@ -413,6 +419,7 @@ impl MetaState {
                     ));
                 }
                 self.map.nodes.remove(id);
+                self.removed.insert(*id);
                 self.bump_epoch(now, format!("node {id} removed"));
                 Ok(Reply::Done)
             }
@@ -742,10 +749,23 @@ impl MetaState {
 
 /// A node record must name an allocated id, a valid zone, a sane weight and
 /// addresses of the form host:port.
-fn check_node(node: &NodeInfo, next_node_id: u64) -> Result<(), (ErrorKind, String)> {
+fn check_node(
+    node: &NodeInfo,
+    next_node_id: u64,
+    removed: &std::collections::BTreeSet<NodeId>,
+) -> Result<(), (ErrorKind, String)> {
     let id = node.id;
     if id.0 == 0 || id.0 >= next_node_id {
         return Err(invalid(format!("Node id {id} was never handed out")));
+    }
+    if removed.contains(&id) {
+        return Err((
+            ErrorKind::Gone,
+            format!(
+                "Node {id} was removed from the cluster; to bring this host back, empty its \
+                 data directory and join it as a new node"
+            ),
+        ));
     }
     if validate_name(&node.zone).is_err() {
         return Err(invalid(format!("Bad zone name '{}'", node.zone)));

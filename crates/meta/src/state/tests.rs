@@ -528,3 +528,25 @@ fn test_a_node_record_with_an_id_never_handed_out_or_bad_addresses_is_refused() 
     }
     assert_eq!(s, before, "nothing changed");
 }
+
+#[test]
+fn test_a_removed_node_never_comes_back_under_its_id() {
+    let mut s = with_nodes(3);
+    s.apply(
+        &Command::SetNodeState {
+            id: NodeId(3),
+            state: NodeState::Down,
+        },
+        300,
+    )
+    .unwrap();
+    s.apply(&Command::RemoveNode { id: NodeId(3) }, 301)
+        .unwrap();
+    assert!(s.removed.contains(&NodeId(3)));
+    let (kind, msg) = s
+        .apply(&Command::UpsertNode(node(3, "z")), 302)
+        .unwrap_err();
+    assert_eq!(kind, ErrorKind::Gone);
+    assert!(msg.contains("empty its data directory"), "{msg}");
+    assert!(s.map.node(NodeId(3)).is_none());
+}
