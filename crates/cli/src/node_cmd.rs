@@ -75,6 +75,10 @@ pub struct RunArgs {
     /// at the recovery rate limit, repairs rotten copies); 0 turns them off.
     #[arg(long, default_value_t = 86400)]
     pub scrub_every: u64,
+    /// Seconds an NBD client has from connecting to the end of option haggling
+    /// (fractions allowed); one that stalls longer is disconnected.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub nbd_handshake_timeout: f64,
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
 }
@@ -163,11 +167,21 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         join_timeout: std::time::Duration::from_secs(a.join_timeout.max(1)),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
+        nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
     };
     drove_daemon::run(cfg, shutdown_signal())
         .await
         .context("node failed")?;
     Ok(())
+}
+
+fn handshake_timeout(secs: f64) -> Result<std::time::Duration> {
+    if !(0.01..=3600.0).contains(&secs) {
+        return Err(anyhow!(
+            "Bad --nbd-handshake-timeout {secs}: use 0.01 to 3600 seconds"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 async fn shutdown_signal() {

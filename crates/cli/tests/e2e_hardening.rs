@@ -48,17 +48,26 @@ fn test_second_node_on_a_data_directory_in_use_refuses_and_the_first_keeps_servi
     );
 }
 
-/// A qemu-io kept open on `uri`, read-only, driven through its stdin.
-struct OpenReader {
+/// A qemu-io kept open on `uri`, driven through its stdin.
+struct OpenClient {
     child: std::process::Child,
     out: std::sync::mpsc::Receiver<String>,
 }
 
-impl OpenReader {
-    fn start(uri: &str) -> OpenReader {
+impl OpenClient {
+    fn reader(uri: &str) -> OpenClient {
+        Self::start(uri, &["-r"])
+    }
+
+    fn writer(uri: &str) -> OpenClient {
+        Self::start(uri, &[])
+    }
+
+    fn start(uri: &str, extra: &[&str]) -> OpenClient {
         use std::io::BufRead;
         let mut child = Command::new("qemu-io")
-            .args(["-r", "-f", "raw", uri])
+            .args(extra)
+            .args(["-f", "raw", uri])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -76,7 +85,7 @@ impl OpenReader {
                 }
             });
         }
-        OpenReader { child, out }
+        OpenClient { child, out }
     }
 
     /// Send one command and collect what it prints until `done` matches a line.
@@ -100,7 +109,7 @@ impl OpenReader {
     }
 }
 
-impl Drop for OpenReader {
+impl Drop for OpenClient {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -118,7 +127,7 @@ fn test_deleting_an_open_vdi_names_its_clients_and_a_forced_delete_fails_their_r
     let c = Cluster::start(2, 2);
     c.create_vdi("d", "16M", &[]);
     qemu_io(&c.nodes[0].uri("d"), &["write -P 0x5a 0 64k".into()]);
-    let mut reader = OpenReader::start(&c.nodes[1].uri("d"));
+    let mut reader = OpenClient::reader(&c.nodes[1].uri("d"));
     let read = "read -P 0x5a 0 64k";
     let t = reader.run(read, |l| l.contains("ops/sec") || l.contains("failed"));
     assert!(t.contains("read 65536/65536 bytes"), "{t}");
@@ -212,4 +221,86 @@ fn test_a_node_removed_by_leave_stops_and_does_not_rejoin() {
         Some(3),
         "it did not come back: {v}"
     );
+}
+
+fn vdi_info(c: &Cluster, i: usize, name: &str) -> serde_json::Value {
+    let o = c.drove(i, &["vdi", "info", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The repair after a gateway crash outlives the attach that started it: the NBD
+/// handshake timeout once cancelled it half-way with the lock already taken, and the
+/// next attach served the VDI unrepaired. Now it finishes in the background and is
+/// recorded in the metadata before anyone is served.
+#[test]
+fn test_a_repair_cut_short_by_the_handshake_timeout_still_completes_and_is_recorded() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("rp", "1G", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("rp"),
+        &["write -P 0x11 0 1G".into(), "flush".into()],
+    );
+    // A writer holds the lock through node 1, which dies without releasing it.
+    let mut w = OpenClient::writer(&c.nodes[0].uri("rp"));
+    let t = w.run("write -P 0x22 0 4k", |l| {
+        l.contains("ops/sec") || l.contains("failed")
+    });
+    assert!(t.contains("wrote 4096/4096"), "{t}");
+    let before = vdi_info(&c, 1, "rp");
+    let generation = before["lock_generation"].as_u64().unwrap();
+    assert!(
+        before["settled_generation"].as_u64().unwrap() < generation,
+        "{before}"
+    );
+    c.kill(0);
+    drop(w);
+    // Node 2 comes back giving clients 0.1 s to finish the handshake: less than
+    // comparing 256 objects on three replicas takes (0.17 s for 128 here, idle).
+    c.kill(1);
+    c.restart_with(1, &["--nbd-handshake-timeout", "0.1"]);
+    let uri = c.nodes[1].uri("rp");
+    wait_until(
+        Duration::from_secs(120),
+        "an attach through node 2 to succeed",
+        || {
+            let o = Command::new("qemu-io")
+                .args(["-r", "-f", "raw", "-c", "read -P 0x22 0 4k", &uri])
+                .output()
+                .unwrap();
+            o.status.success() && !text(&o).contains("failed")
+        },
+    );
+    let log =
+        std::fs::read_to_string(std::path::Path::new(&c.nodes[1].data).join("node.log")).unwrap();
+    assert!(
+        log.contains("replicas made identical after the previous gateway stopped"),
+        "the repair never finished: {log}"
+    );
+    assert!(log.contains("objects=256"), "every object compared: {log}");
+    // And an attach gave up while it ran: the case that once skipped it.
+    let started = log
+        .find("without settling its writes")
+        .expect("repair start logged");
+    let ended = log.find("replicas made identical").unwrap();
+    assert!(
+        log[started..ended].contains("handshake timed out"),
+        "no attach was cut short during the repair: {}",
+        log.lines()
+            .filter(|l| l.contains("settle") || l.contains("nbd"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let after = vdi_info(&c, 1, "rp");
+    assert!(
+        after["settled_generation"].as_u64().unwrap() >= generation,
+        "the repair is recorded: {after}"
+    );
+    let o = c.drove(1, &["vdi", "check", "rp", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mismatched"].as_array().map(|a| a.len()), Some(0), "{v}");
+    qemu_io(&c.nodes[2].uri("rp"), &["read -P 0x11 4k 1M".into()]);
 }

@@ -28,6 +28,8 @@ pub struct NodeConfig {
     pub lock_lease: std::time::Duration,
     /// Pause between background scrubs of this node's objects (`None`: never).
     pub scrub_every: Option<std::time::Duration>,
+    /// Time an NBD client has for its handshake.
+    pub nbd_handshake_timeout: std::time::Duration,
 }
 
 impl NodeConfig {

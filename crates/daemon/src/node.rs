@@ -129,7 +129,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let data_dir = cfg.data.join("store");
     let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
-    let nbd = Arc::new(NbdServer::new(exports, metrics));
+    let nbd = Arc::new(
+        NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
+            handshake_timeout: cfg.nbd_handshake_timeout,
+            ..Default::default()
+        }),
+    );
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
     let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
     tracing::info!(
