@@ -21,6 +21,10 @@ pub enum ClusterCmd {
         /// Recovery copy rate limit per node in MiB/s (0: no limit).
         #[arg(long)]
         recovery_rate: Option<u32>,
+        /// Seconds a node that a gateway found silent (it stopped answering) stays
+        /// down at least, whatever its heartbeats say (0 to 86400; default 60).
+        #[arg(long)]
+        hold_down: Option<f64>,
     },
     /// Verify every block checksum of every object on every up node and repair bad
     /// copies from good replicas.
@@ -70,7 +74,15 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             copies,
             down_after,
             recovery_rate,
+            hold_down,
         } => {
+            let hold_down_ms = match hold_down {
+                Some(secs) if !(0.0..=86400.0).contains(&secs) => {
+                    anyhow::bail!("Bad --hold-down {secs}: use 0 to 86400 seconds")
+                }
+                Some(secs) => Some((secs * 1000.0) as u64),
+                None => None,
+            };
             let down_after_ms = match down_after {
                 Some(secs) if !(0.5..=3600.0).contains(&secs) => {
                     anyhow::bail!("Bad --down-after {secs}: use 0.5 to 3600 seconds")
@@ -85,6 +97,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                         default_copies: copies,
                         down_after_ms,
                         recovery_mib_s: recovery_rate,
+                        hold_down_ms,
                     },
                 )
                 .await?;
@@ -101,6 +114,10 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 Some(r) => println!("recovery rate:  {r} MiB/s per node"),
                 None => {}
             }
+            println!(
+                "hold down:      {:.1} s (a node found silent stays down at least this long)",
+                s.hold_down_ms.unwrap_or(0) as f64 / 1000.0
+            );
             Ok(())
         }
         ClusterCmd::Scrub => crate::heal_cmd::scrub(ctx).await,

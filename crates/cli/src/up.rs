@@ -309,6 +309,7 @@ async fn start_nodes(
                     default_copies: Some(copies),
                     down_after_ms: None,
                     recovery_mib_s: None,
+                    hold_down_ms: None,
                 },
             )
             .await

@@ -375,11 +375,12 @@ async fn settings(
     if let Some(c) = req.default_copies {
         a.meta.execute(Command::SetDefaultCopies(c)).await?;
     }
-    if req.down_after_ms.is_some() || req.recovery_mib_s.is_some() {
+    if req.down_after_ms.is_some() || req.recovery_mib_s.is_some() || req.hold_down_ms.is_some() {
         a.meta
             .execute(Command::SetHealthSettings {
                 down_after_ms: req.down_after_ms,
                 recovery_mib_s: req.recovery_mib_s,
+                hold_down_ms: req.hold_down_ms,
             })
             .await?;
     }
@@ -388,5 +389,6 @@ async fn settings(
         default_copies: Some(s.default_copies),
         down_after_ms: Some(s.down_after_ms),
         recovery_mib_s: Some(s.recovery_mib_s),
+        hold_down_ms: Some(s.hold_down_ms),
     }))
 }

@@ -64,6 +64,9 @@ pub struct Settings {
     /// Recovery rate limit per node, MiB/s (0: none).
     #[serde(default)]
     pub recovery_mib_s: Option<u32>,
+    /// How long a node a gateway found silent stays down at least (milliseconds).
+    #[serde(default)]
+    pub hold_down_ms: Option<u64>,
 }
 
 /// An error body: `{"error": "not_found", "message": "..."}`.

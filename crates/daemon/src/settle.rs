@@ -144,7 +144,7 @@ impl Settler {
         if !silent.is_empty() {
             let why = format!("did not answer the post-crash check of VDI '{}'", info.name);
             MetaMembership(self.meta.clone())
-                .mark_down(silent.into_iter().collect(), why)
+                .mark_down(silent.into_iter().collect(), why, false)
                 .await?;
         }
         let fixed = report.mismatched.iter().filter(|m| m.repaired).count();

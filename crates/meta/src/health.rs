@@ -10,6 +10,11 @@
 //! have had time to find it: silence towards a leader elected a second ago is not
 //! the node's fault.
 //!
+//! A node a gateway marked down because it went silent is held down for the
+//! cluster's hold-down ([`crate::Settings::hold_down_ms`], a minute by default)
+//! whatever its heartbeats say, so a node that stalls now and then flips at most
+//! once per hold.
+//!
 //! A node marked down (by this detector or by a gateway whose writes to it failed)
 //! comes back up only on a heartbeat received after the leader saw it down: one sent
 //! before says nothing about whether it is alive now, and bringing a dead node back
@@ -139,6 +144,14 @@ pub(crate) async fn receive(
     Json(meta.status().leader == Some(meta.node_id()))
 }
 
+/// This node's clock, milliseconds since the Unix epoch.
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 impl Meta {
     /// Send this node's heartbeat to the leader every second, with `healthy()` telling
     /// whether its store can take data; on the leader, also mark silent nodes down and
@@ -191,7 +204,13 @@ impl Meta {
         let state = self.state();
         let down_after = Duration::from_millis(state.settings.down_after_ms);
         let nodes = state.map.nodes.values().map(|n| (n.id, n.state));
-        for (id, state) in self.health.verdicts(nodes, down_after, Instant::now()) {
+        let now_ms = unix_now_ms();
+        let held = |id: &NodeId| state.held_down.get(id).is_some_and(|&until| until > now_ms);
+        let verdicts = self.health.verdicts(nodes, down_after, Instant::now());
+        for (id, state) in verdicts
+            .into_iter()
+            .filter(|(id, s)| *s != NodeState::Up || !held(id))
+        {
             tracing::warn!(node = %id, ?state, term, "failure detector changes a node's state");
             if let Err(e) = self
                 .execute(Command::JudgeNodeState { id, state, term })

@@ -26,6 +26,9 @@ pub const MAX_LEASE_MS: u64 = 10 * 60 * 1000;
 /// How far a lock request's clock may be from the time in its log entry.
 pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 
+/// Longest hold-down of a node marked down.
+pub const MAX_HOLD_DOWN_MS: u64 = 24 * 3600 * 1000;
+
 /// Largest placement weight of a node.
 pub const MAX_WEIGHT: u32 = 1_000_000;
 
@@ -54,6 +57,19 @@ pub struct Settings {
     pub down_after_ms: u64,
     /// Recovery copies at most this many MiB per second per node (0: no limit).
     pub recovery_mib_s: u32,
+    /// A node a gateway marked down because it went silent stays down at least this
+    /// long (milliseconds), even if its heartbeats come back at once: a node that
+    /// stalls now and then is not flipped down and up (an epoch and a recovery pass
+    /// each time) more than once per hold.
+    #[serde(default = "default_hold_down_ms")]
+    pub hold_down_ms: u64,
+}
+
+/// Default of [`Settings::hold_down_ms`]: one minute.
+pub const DEFAULT_HOLD_DOWN_MS: u64 = 60_000;
+
+fn default_hold_down_ms() -> u64 {
+    DEFAULT_HOLD_DOWN_MS
 }
 
 /// Default of [`Settings::down_after_ms`]: 5 s.
@@ -69,6 +85,7 @@ impl Default for Settings {
             max_voters: 3,
             down_after_ms: DEFAULT_DOWN_AFTER_MS,
             recovery_mib_s: DEFAULT_RECOVERY_MIB_S,
+            hold_down_ms: DEFAULT_HOLD_DOWN_MS,
         }
     }
 }
@@ -126,6 +143,10 @@ pub struct MetaState {
     /// and stops).
     #[serde(default)]
     pub removed: std::collections::BTreeSet<NodeId>,
+    /// Nodes marked down that must stay down until this time (ms since the Unix
+    /// epoch; see [`Settings::hold_down_ms`]).
+    #[serde(default)]
+    pub held_down: BTreeMap<NodeId, u64>,
 }
 
 impl Default for MetaState {
@@ -141,6 +162,7 @@ impl Default for MetaState {
             lock_generations: BTreeMap::new(),
             settled: BTreeMap::new(),
             removed: std::collections::BTreeSet::new(),
+            held_down: BTreeMap::new(),
         }
     }
 }
@@ -159,6 +181,13 @@ pub enum Command {
         id: NodeId,
         /// Its new state.
         state: NodeState,
+        /// Who decided and why, kept in the epoch history.
+        #[serde(default)]
+        reason: String,
+        /// Keep it down for this long (ms) from the entry's time: a gateway marks a
+        /// silent node down with the cluster's hold-down.
+        #[serde(default)]
+        hold_ms: u64,
     },
     /// Forget a node: it leaves the cluster map (one epoch). Only a node that takes
     /// no data (weight 0: drained by `node leave`) or is down; its locks stay, and
@@ -212,12 +241,16 @@ pub enum Command {
     },
     /// Change the copies of VDIs created without an explicit number.
     SetDefaultCopies(u8),
-    /// Change the failure-detection timeout and/or the recovery rate limit.
+    /// Change the failure-detection timeout, the recovery rate limit and/or the
+    /// hold-down of silent nodes.
     SetHealthSettings {
         /// New [`Settings::down_after_ms`] (at least 500).
         down_after_ms: Option<u64>,
         /// New [`Settings::recovery_mib_s`].
         recovery_mib_s: Option<u32>,
+        /// New [`Settings::hold_down_ms`] (at most one day).
+        #[serde(default)]
+        hold_down_ms: Option<u64>,
     },
     /// Set how many replicas must have a VDI's writes while some are down; `None`
     /// restores the default (`copies - 1`, at least 1). Replies [`Reply::Vdi`].
@@ -394,15 +427,27 @@ impl MetaState {
                 self.upsert_node(node, now);
                 Ok(Reply::Done)
             }
-            Command::SetNodeState { id, state } | Command::JudgeNodeState { id, state, .. } => {
-                let Some(node) = self.map.nodes.get_mut(id) else {
-                    return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
-                };
-                if node.state != *state {
-                    let change = format!("node {id} {:?} -> {:?}", node.state, state);
-                    node.state = *state;
-                    self.bump_epoch(now, change);
+            Command::SetNodeState {
+                id,
+                state,
+                reason,
+                hold_ms,
+            } => {
+                if *hold_ms > MAX_HOLD_DOWN_MS || reason.len() > 1024 {
+                    return Err(invalid(format!(
+                        "Bad node verdict: hold {hold_ms} ms (at most {MAX_HOLD_DOWN_MS}), reason of {} bytes (at most 1024)",
+                        reason.len()
+                    )));
                 }
+                self.set_node_state(*id, *state, reason, now)?;
+                if *state == NodeState::Down && *hold_ms > 0 {
+                    self.held_down
+                        .insert(*id, now.saturating_mul(1000).saturating_add(*hold_ms));
+                }
+                Ok(Reply::Done)
+            }
+            Command::JudgeNodeState { id, state, .. } => {
+                self.set_node_state(*id, *state, "by the failure detector", now)?;
                 Ok(Reply::Done)
             }
             Command::RemoveNode { id } => {
@@ -474,7 +519,15 @@ impl MetaState {
             Command::SetHealthSettings {
                 down_after_ms,
                 recovery_mib_s,
+                hold_down_ms,
             } => {
+                if let Some(h) = hold_down_ms {
+                    if *h > MAX_HOLD_DOWN_MS {
+                        return Err(invalid(format!(
+                            "Bad hold-down {h} ms: at most {MAX_HOLD_DOWN_MS} ms (a day)"
+                        )));
+                    }
+                }
                 if let Some(ms) = down_after_ms {
                     if *ms < 500 {
                         return Err(invalid(format!(
@@ -485,6 +538,9 @@ impl MetaState {
                 }
                 if let Some(r) = recovery_mib_s {
                     self.settings.recovery_mib_s = *r;
+                }
+                if let Some(h) = hold_down_ms {
+                    self.settings.hold_down_ms = *h;
                 }
                 Ok(Reply::Done)
             }
@@ -734,6 +790,30 @@ impl MetaState {
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());
         Ok(Reply::Vdi(info))
+    }
+
+    fn set_node_state(
+        &mut self,
+        id: NodeId,
+        state: NodeState,
+        reason: &str,
+        now: u64,
+    ) -> Result<(), (ErrorKind, String)> {
+        let Some(node) = self.map.nodes.get_mut(&id) else {
+            return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+        };
+        if node.state != state {
+            let mut change = format!("node {id} {:?} -> {:?}", node.state, state);
+            if !reason.is_empty() {
+                change.push_str(&format!(" ({reason})"));
+            }
+            node.state = state;
+            self.bump_epoch(now, change);
+        }
+        if state == NodeState::Up {
+            self.held_down.remove(&id);
+        }
+        Ok(())
     }
 
     fn bump_epoch(&mut self, now: u64, change: String) {

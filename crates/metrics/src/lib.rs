@@ -7,8 +7,10 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,6 +90,15 @@ pub struct Metrics {
     peer_server: OpFamilies,
     peer_sent: Family<PeerLabels, Counter>,
     peer_received: Family<PeerLabels, Counter>,
+    peer_silent: Family<PeerLabels, Counter>,
+    peer_rtt: Family<PeerLabels, Gauge<f64, AtomicU64>>,
+    markdowns: Family<MarkdownLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MarkdownLabels {
+    node: String,
+    cause: String,
 }
 
 impl Metrics {
@@ -117,6 +128,24 @@ impl Metrics {
             "Bytes received from each peer node (frames on the wire)",
             peer_received.clone(),
         );
+        let peer_silent = Family::<PeerLabels, Counter>::default();
+        registry.register(
+            "peer_silences",
+            "Connections given up because the peer said nothing while requests waited",
+            peer_silent.clone(),
+        );
+        let peer_rtt = Family::<PeerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "peer_rtt_seconds",
+            "Smoothed round trip to each peer, measured by pings",
+            peer_rtt.clone(),
+        );
+        let markdowns = Family::<MarkdownLabels, Counter>::default();
+        registry.register(
+            "gateway_markdowns",
+            "Replicas this gateway had marked down, by node and cause (silent, error)",
+            markdowns.clone(),
+        );
         Arc::new(Metrics {
             registry,
             nbd,
@@ -124,6 +153,9 @@ impl Metrics {
             peer_server,
             peer_sent,
             peer_received,
+            peer_silent,
+            peer_rtt,
+            markdowns,
         })
     }
 
@@ -158,6 +190,34 @@ impl Metrics {
                 peer: peer.to_string(),
             })
             .inc_by(bytes);
+    }
+
+    /// Count a connection given up because `peer` went silent.
+    pub fn peer_silent(&self, peer: &str) {
+        self.peer_silent
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .inc();
+    }
+
+    /// Set the smoothed round trip to `peer`.
+    pub fn peer_rtt(&self, peer: &str, secs: f64) {
+        self.peer_rtt
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .set(secs);
+    }
+
+    /// Count a replica on `node` that this gateway had marked down, for `cause`.
+    pub fn gateway_markdown(&self, node: &str, cause: &str) {
+        self.markdowns
+            .get_or_create(&MarkdownLabels {
+                node: node.to_string(),
+                cause: cause.to_string(),
+            })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

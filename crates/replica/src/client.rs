@@ -6,6 +6,11 @@
 //! connection breaks, every waiter gets `Unavailable` and the next request dials
 //! again. Every wait has a timeout.
 //!
+//! Each connection has a watchdog ([`crate::liveness`]): a peer that says nothing
+//! while requests wait is pinged, then given up, and its waiters fail at once
+//! (instead of after the 10 s request timeout); so is a peer the map marks down.
+//! Pings also measure each peer's round trip ([`PeerPool::rtt`]).
+//!
 //! A new connection starts with a hello naming this node's cluster and wire
 //! version; a peer that refuses it (another cluster, another version) is
 //! `Unavailable` with its reason. A connection left idle for half the server's
@@ -14,7 +19,7 @@
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_proto::{Frame, Hello, PeerReq, PeerResp};
-use drove_types::{ClusterId, Error, NodeId, Result};
+use drove_types::{ClusterId, Epoch, Error, NodeId, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,8 +30,19 @@ use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::liveness::{Liveness, Rtt, Verdict, DEFAULT_SILENCE_FLOOR};
 use crate::server::PEER_IDLE;
 use crate::MapCell;
+
+/// How often a connection's watchdog looks at it.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+
+/// How long requests to a peer given up as silent fail at once while the map still
+/// shows it up (the gateway has it marked down meanwhile).
+const SILENT_FAIL_FAST: Duration = Duration::from_secs(10);
+
+/// How often an idle connection in use is pinged to keep its round trip measured.
+const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// A connection unused for this long is replaced rather than used: the server
 /// closes connections silent for [`PEER_IDLE`], and this leaves it a wide margin.
@@ -37,8 +53,11 @@ const CLIENT_IDLE: Duration = Duration::from_secs(PEER_IDLE.as_secs() / 2);
 pub struct PeerTimeouts {
     /// TCP connect.
     pub connect: Duration,
-    /// One request's answer.
+    /// One request's answer, at most (a silent peer is given up much sooner).
     pub request: Duration,
+    /// The least time a peer may say nothing while requests wait on it before it is
+    /// given up (more for a peer with a long round trip; see [`crate::liveness`]).
+    pub silence_floor: Duration,
 }
 
 impl Default for PeerTimeouts {
@@ -46,6 +65,7 @@ impl Default for PeerTimeouts {
         PeerTimeouts {
             connect: Duration::from_secs(2),
             request: Duration::from_secs(10),
+            silence_floor: DEFAULT_SILENCE_FLOOR,
         }
     }
 }
@@ -54,11 +74,18 @@ type Waiter = oneshot::Sender<Frame<PeerResp>>;
 
 struct Conn {
     tx: mpsc::Sender<drove_proto::Encoded>,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    /// Waiters by request id, with when each request was sent.
+    pending: Mutex<HashMap<u64, (Waiter, Instant)>>,
     dead: AtomicBool,
     /// When a request was last sent on it.
     last_used: Mutex<Instant>,
-    /// The reader and writer tasks; aborting them closes the socket.
+    /// When the peer last sent anything on it.
+    heard: Mutex<Instant>,
+    /// The ping out on it, unanswered: its id and when it left.
+    probe: Mutex<Option<(u64, Instant)>>,
+    /// Why it was given up (silent peer, peer marked down), for the waiters' errors.
+    gave_up: Mutex<Option<String>>,
+    /// The reader, writer and watchdog tasks; aborting them closes the socket.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
@@ -69,7 +96,18 @@ impl Conn {
     }
 
     fn take(&self, id: u64) -> Option<Waiter> {
-        self.pending.lock().remove(&id)
+        self.pending.lock().remove(&id).map(|(w, _)| w)
+    }
+
+    /// When the oldest waiting request was sent.
+    fn oldest(&self) -> Option<Instant> {
+        self.pending.lock().values().map(|(_, at)| *at).min()
+    }
+
+    /// Give the peer up: every waiter fails at once with `why`.
+    fn give_up(&self, why: String) {
+        *self.gave_up.lock() = Some(why);
+        self.close();
     }
 
     fn kill(&self) {
@@ -94,8 +132,14 @@ pub struct PeerPool {
     hello: Hello,
     map: Arc<MapCell>,
     conns: Mutex<HashMap<NodeId, Arc<Conn>>>,
-    dial_lock: tokio::sync::Mutex<()>,
-    next_id: AtomicU64,
+    /// One dial at a time per peer: a peer that does not answer its connect must
+    /// not hold up dials to the others.
+    dials: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<()>>>>,
+    next_id: Arc<AtomicU64>,
+    /// Round trips measured by pings, per peer (kept across reconnections).
+    rtts: Arc<Mutex<HashMap<NodeId, Rtt>>>,
+    /// When each peer was last given up as silent, and the map's epoch then.
+    silenced: Arc<Mutex<HashMap<NodeId, (Instant, Epoch)>>>,
     timeouts: PeerTimeouts,
     metrics: Arc<Metrics>,
     routes: Option<PathBuf>,
@@ -150,8 +194,10 @@ impl PeerPool {
             hello,
             map,
             conns: Mutex::new(HashMap::new()),
-            dial_lock: tokio::sync::Mutex::new(()),
-            next_id: AtomicU64::new(1),
+            dials: Mutex::new(HashMap::new()),
+            next_id: Arc::new(AtomicU64::new(1)),
+            rtts: Arc::default(),
+            silenced: Arc::default(),
             timeouts,
             metrics,
             routes,
@@ -194,6 +240,19 @@ impl PeerPool {
         self.me
     }
 
+    /// Whether `node` was given up as silent within `within`.
+    pub fn silent_within(&self, node: NodeId, within: Duration) -> bool {
+        self.silenced
+            .lock()
+            .get(&node)
+            .is_some_and(|(t, _)| t.elapsed() <= within)
+    }
+
+    /// The smoothed round trip to `node`, once pings measured it.
+    pub fn rtt(&self, node: NodeId) -> Option<Duration> {
+        self.rtts.lock().get(&node).and_then(Rtt::smoothed)
+    }
+
     /// Send `req` with `payload` to `node` and wait for its answer. A
     /// [`PeerResp::Err`] answer is returned as an error.
     pub async fn call(
@@ -231,7 +290,7 @@ impl PeerPool {
         .encode_parts()
         .map_err(|e| Error::invalid(format!("Cannot encode request: {e}")))?;
         let (tx, rx) = oneshot::channel();
-        conn.pending.lock().insert(id, tx);
+        conn.pending.lock().insert(id, (tx, Instant::now()));
         if conn.tx.send(frame).await.is_err() {
             conn.kill();
             return Err(Error::unavailable(format!(
@@ -240,9 +299,11 @@ impl PeerPool {
         }
         match tokio::time::timeout(self.timeouts.request, rx).await {
             Ok(Ok(frame)) => crate::local::into_result(frame.header, frame.payload),
-            Ok(Err(_)) => Err(Error::unavailable(format!(
-                "Connection to node {node} broke before it answered"
-            ))),
+            Ok(Err(_)) => Err(Error::unavailable(
+                conn.gave_up.lock().clone().unwrap_or_else(|| {
+                    format!("Connection to node {node} broke before it answered")
+                }),
+            )),
             Err(_) => {
                 conn.take(id);
                 Err(Error::unavailable(format!(
@@ -257,8 +318,10 @@ impl PeerPool {
         if let Some(c) = self.live(node) {
             return Ok(c);
         }
-        // One dial at a time, so a burst of requests opens one connection, not many.
-        let _g = self.dial_lock.lock().await;
+        self.refuse_if_silent(node)?;
+        // One dial at a time per peer, so a burst of requests opens one connection.
+        let dial_lock = self.dials.lock().entry(node).or_default().clone();
+        let _g = dial_lock.lock().await;
         if let Some(c) = self.live(node) {
             return Ok(c);
         }
@@ -268,13 +331,29 @@ impl PeerPool {
             .map(|n| n.peer_addr.clone())
             .ok_or_else(|| Error::unavailable(format!("Node {node} is not in the cluster map")))?;
         let addr = self.route(addr);
+        // The kernel of a stopped process still accepts connections: its silence
+        // shows at the hello, which a live peer answers within a round trip.
+        let live = Liveness::for_peer(
+            &self.rtts.lock().get(&node).copied().unwrap_or_default(),
+            self.timeouts.silence_floor,
+        );
         let dial = async {
             let mut stream = TcpStream::connect(&addr).await.map_err(|e| {
                 Error::unavailable(format!("Cannot connect to node {node} at {addr}"))
                     .with_source(e)
             })?;
             let _ = stream.set_nodelay(true);
-            crate::hello::client(&mut stream, &self.hello, node, &addr).await?;
+            tokio::time::timeout(
+                live.silent_after,
+                crate::hello::client(&mut stream, &self.hello, node, &addr),
+            )
+            .await
+            .map_err(|_| {
+                Error::unavailable(format!(
+                    "Node {node} at {addr} accepted a connection but did not answer its hello within {} ms (silent)",
+                    live.silent_after.as_millis()
+                ))
+            })??;
             Ok::<_, Error>(stream)
         };
         let stream = tokio::time::timeout(self.timeouts.connect, dial)
@@ -287,6 +366,25 @@ impl PeerPool {
         let conn = self.spawn_conn(node, stream);
         self.conns.lock().insert(node, conn.clone());
         Ok(conn)
+    }
+
+    /// Fail at once for a node given up as silent while the map has not changed
+    /// since: the gateway is having it marked down, and dialling it again would only
+    /// wait out another silence. Once the map moved on (it was marked down, and
+    /// maybe up again after its catch-up), or the silence is old, dial.
+    fn refuse_if_silent(&self, node: NodeId) -> Result<()> {
+        let mut silenced = self.silenced.lock();
+        let Some(&(at, epoch)) = silenced.get(&node) else {
+            return Ok(());
+        };
+        if self.map.get().epoch == epoch && at.elapsed() < SILENT_FAIL_FAST {
+            return Err(Error::unavailable(format!(
+                "Node {node} went silent {} ms ago",
+                at.elapsed().as_millis()
+            )));
+        }
+        silenced.remove(&node);
+        Ok(())
     }
 
     /// Translate a peer address through the routes file, if one is set and names it.
@@ -333,6 +431,9 @@ impl PeerPool {
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
+            heard: Mutex::new(Instant::now()),
+            probe: Mutex::new(None),
+            gave_up: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
         });
         let label = node.to_string();
@@ -345,19 +446,127 @@ impl PeerPool {
         let rconn = conn.clone();
         let metrics = self.metrics.clone();
         let label = node.to_string();
+        let rtts = self.rtts.clone();
         let r = tokio::spawn(async move {
             let mut rd = BufReader::with_capacity(256 << 10, rd);
             while let Ok(Some((frame, n))) = Frame::<PeerResp>::read_from(&mut rd).await {
+                let now = Instant::now();
+                *rconn.heard.lock() = now;
                 metrics.peer_received(&label, n as u64);
-                if let Some(w) = rconn.take(frame.id) {
-                    let _ = w.send(frame);
+                let probe = *rconn.probe.lock();
+                match probe {
+                    Some((id, sent)) if id == frame.id => {
+                        *rconn.probe.lock() = None;
+                        let mut rtts = rtts.lock();
+                        let rtt = rtts.entry(node).or_default();
+                        rtt.sample(now - sent);
+                        if let Some(s) = rtt.smoothed() {
+                            metrics.peer_rtt(&label, s.as_secs_f64());
+                        }
+                    }
+                    _ => {
+                        if let Some(w) = rconn.take(frame.id) {
+                            let _ = w.send(frame);
+                        }
+                    }
                 }
             }
             rconn.kill();
         });
+        let watch = tokio::spawn(watchdog(
+            Arc::downgrade(&conn),
+            node,
+            self.map.clone(),
+            self.rtts.clone(),
+            self.next_id.clone(),
+            self.timeouts.silence_floor,
+            self.metrics.clone(),
+            self.silenced.clone(),
+        ));
         conn.tasks
             .lock()
-            .extend([w.abort_handle(), r.abort_handle()]);
+            .extend([w.abort_handle(), r.abort_handle(), watch.abort_handle()]);
         conn
+    }
+}
+
+/// Watch one connection until it dies: ping a peer that is quiet while requests
+/// wait, give up one that stays silent or that the map marks down, and ping an idle
+/// peer now and then to keep its round trip measured.
+async fn watchdog(
+    conn: std::sync::Weak<Conn>,
+    node: NodeId,
+    map: Arc<MapCell>,
+    rtts: Arc<Mutex<HashMap<NodeId, Rtt>>>,
+    next_id: Arc<AtomicU64>,
+    floor: Duration,
+    metrics: Arc<Metrics>,
+    silenced: Arc<Mutex<HashMap<NodeId, (Instant, Epoch)>>>,
+) {
+    let mut last_ping = Instant::now();
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let Some(conn) = conn.upgrade() else { return };
+        if conn.dead.load(Ordering::SeqCst) {
+            return;
+        }
+        let marked_down = map
+            .get()
+            .node(node)
+            .is_none_or(|n| n.state != drove_types::NodeState::Up);
+        if marked_down {
+            conn.give_up(format!("Node {node} is marked down"));
+            return;
+        }
+        let live = Liveness::for_peer(&rtts.lock().get(&node).copied().unwrap_or_default(), floor);
+        let now = Instant::now();
+        // A ping unanswered for a whole silence is forgotten, so another can go.
+        let probing = match *conn.probe.lock() {
+            Some((_, sent)) => now.duration_since(sent) < live.silent_after,
+            None => false,
+        };
+        let heard = *conn.heard.lock();
+        let oldest = conn.oldest();
+        let idle_ping = oldest.is_none()
+            && !probing
+            && now.duration_since(last_ping) >= PING_EVERY
+            && conn.last_used.lock().elapsed() < CLIENT_IDLE;
+        match live.judge(now, oldest, heard, probing) {
+            Verdict::Silent(quiet) => {
+                let why = format!(
+                    "Node {node} said nothing for {} ms while requests waited (silent: stopped or cut off?)",
+                    quiet.as_millis()
+                );
+                tracing::warn!(%node, "{why}");
+                metrics.peer_silent(&node.to_string());
+                silenced
+                    .lock()
+                    .insert(node, (Instant::now(), map.get().epoch));
+                conn.give_up(why);
+                return;
+            }
+            Verdict::Probe => ping(&conn, &next_id, now),
+            Verdict::Wait if idle_ping => ping(&conn, &next_id, now),
+            Verdict::Wait => continue,
+        }
+        last_ping = now;
+    }
+}
+
+/// Send a ping on `conn` without waiting for room (a full queue means requests are
+/// flowing; the peer's answers to them say enough).
+fn ping(conn: &Conn, next_id: &AtomicU64, now: Instant) {
+    let id = next_id.fetch_add(1, Ordering::Relaxed);
+    let frame = Frame {
+        id,
+        header: PeerReq::Ping {
+            epoch: drove_types::Epoch(0),
+        },
+        payload: Bytes::new(),
+    };
+    if let Ok(encoded) = frame.encode_parts() {
+        if conn.tx.try_send(encoded).is_ok() {
+            *conn.probe.lock() = Some((id, now));
+        }
     }
 }

@@ -38,7 +38,6 @@ pub struct Gateway {
     pool: Arc<PeerPool>,
     map: Arc<MapCell>,
     locks: RangeLocks,
-    #[allow(dead_code)]
     metrics: Arc<Metrics>,
     membership: std::sync::OnceLock<Arc<dyn Membership>>,
 }
@@ -46,8 +45,11 @@ pub struct Gateway {
 /// How a gateway tells the cluster that replicas failed a write it is about to
 /// acknowledge without them (implemented over the metadata by the daemon).
 pub trait Membership: Send + Sync {
-    /// Mark `nodes` down and return once the change is committed.
-    fn mark_down(&self, nodes: Vec<NodeId>, why: String) -> BoxFuture<'_, Result<()>>;
+    /// Mark `nodes` down and return once the change is committed; `silent`: they
+    /// stopped answering (rather than answered with errors), so they are held down
+    /// for the cluster's hold-down.
+    fn mark_down(&self, nodes: Vec<NodeId>, why: String, silent: bool)
+        -> BoxFuture<'_, Result<()>>;
 }
 
 /// How long a gateway waits for its map to move past an epoch a replica refused.
@@ -138,13 +140,25 @@ impl Gateway {
             return Err(failed.swap_remove(i).1);
         };
         let nodes: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();
+        let silent = nodes
+            .iter()
+            .any(|&n| self.pool.silent_within(n, Duration::from_secs(10)));
+        for &n in &nodes {
+            let cause = if self.pool.silent_within(n, Duration::from_secs(10)) {
+                "silent"
+            } else {
+                "error"
+            };
+            self.metrics.gateway_markdown(&n.to_string(), cause);
+        }
         let why = failed
             .iter()
             .map(|(n, e)| format!("node {n}: {e}"))
             .collect::<Vec<_>>()
             .join("; ");
-        tracing::warn!(vdi = %vdi.name, "replicas failed, marking them down: {why}");
-        m.mark_down(nodes.clone(), why).await?;
+        let why = format!("by gateway node {}: {why}", self.me);
+        tracing::warn!(vdi = %vdi.name, "replicas failed, marking them down {why}");
+        m.mark_down(nodes.clone(), why, silent).await?;
         // Reads must not go to them from here on: wait for the map that says so.
         let end = tokio::time::Instant::now() + MAP_WAIT;
         loop {

@@ -19,6 +19,7 @@ mod check;
 mod client;
 mod gateway;
 mod hello;
+pub mod liveness;
 pub mod local;
 mod mapcell;
 mod ranges;

@@ -169,6 +169,7 @@ async fn test_routes_file_redirects_peer_connections() {
     let timeouts = PeerTimeouts {
         connect: Duration::from_secs(1),
         request: Duration::from_secs(2),
+        ..Default::default()
     };
     let pool = PeerPool::with_routes(
         NodeId(1),

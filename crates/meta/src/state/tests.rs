@@ -59,6 +59,7 @@ fn test_default_state_counters() {
             max_voters: 3,
             down_after_ms: 5000,
             recovery_mib_s: 200,
+            hold_down_ms: 60_000,
         }
     );
 }
@@ -69,15 +70,24 @@ fn test_health_settings_and_min_copies_are_checked() {
     let bad = Command::SetHealthSettings {
         down_after_ms: Some(100),
         recovery_mib_s: None,
+        hold_down_ms: None,
     };
     assert_eq!(s.apply(&bad, 0).unwrap_err().0, ErrorKind::Invalid);
+    let long_hold = Command::SetHealthSettings {
+        down_after_ms: None,
+        recovery_mib_s: None,
+        hold_down_ms: Some(u64::MAX),
+    };
+    assert_eq!(s.apply(&long_hold, 0).unwrap_err().0, ErrorKind::Invalid);
     let good = Command::SetHealthSettings {
         down_after_ms: Some(2000),
         recovery_mib_s: Some(50),
+        hold_down_ms: Some(10_000),
     };
     s.apply(&good, 0).unwrap();
     assert_eq!(s.settings.down_after_ms, 2000);
     assert_eq!(s.settings.recovery_mib_s, 50);
+    assert_eq!(s.settings.hold_down_ms, 10_000);
     // min_copies is 1..=copies, per VDI; None restores copies - 1.
     s.map.nodes.insert(NodeId(1), node(1, "a"));
     s.map.nodes.insert(NodeId(2), node(2, "b"));
@@ -103,6 +113,8 @@ fn test_every_epoch_record_keeps_its_map() {
         &Command::SetNodeState {
             id: NodeId(2),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         0,
     )
@@ -185,6 +197,8 @@ fn test_set_node_state_bumps_epoch_only_on_change() {
     let down = Command::SetNodeState {
         id: NodeId(2),
         state: NodeState::Down,
+        reason: String::new(),
+        hold_ms: 0,
     };
     s.apply(&down, 80).unwrap();
     assert_eq!(s.map.epoch, Epoch(3));
@@ -202,6 +216,8 @@ fn test_set_node_state_unknown_node_is_not_found() {
         &Command::SetNodeState {
             id: NodeId(9),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         0,
     ));
@@ -325,6 +341,8 @@ fn test_create_needs_enough_up_nodes() {
         &Command::SetNodeState {
             id: NodeId(3),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         0,
     )
@@ -422,11 +440,15 @@ fn test_apply_is_deterministic_across_replicas() {
         Command::SetNodeState {
             id: NodeId(2),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         create("bad", 4096, Some(2)),
         Command::SetNodeState {
             id: NodeId(2),
             state: NodeState::Up,
+            reason: String::new(),
+            hold_ms: 0,
         },
         create("good", 4096, Some(2)),
         Command::ResizeVdi {
@@ -489,6 +511,8 @@ fn test_only_a_drained_or_down_node_is_removed() {
         &Command::SetNodeState {
             id: NodeId(3),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         53,
     )
@@ -536,6 +560,8 @@ fn test_a_removed_node_never_comes_back_under_its_id() {
         &Command::SetNodeState {
             id: NodeId(3),
             state: NodeState::Down,
+            reason: String::new(),
+            hold_ms: 0,
         },
         300,
     )
@@ -549,4 +575,46 @@ fn test_a_removed_node_never_comes_back_under_its_id() {
     assert_eq!(kind, ErrorKind::Gone);
     assert!(msg.contains("empty its data directory"), "{msg}");
     assert!(s.map.node(NodeId(3)).is_none());
+}
+
+#[test]
+fn test_a_silent_node_is_held_down_and_the_reason_is_in_the_history() {
+    let mut s = with_nodes(3);
+    s.apply(
+        &Command::SetNodeState {
+            id: NodeId(3),
+            state: NodeState::Down,
+            reason: "by gateway node 1: node 3 said nothing for 520 ms".into(),
+            hold_ms: 60_000,
+        },
+        1_000,
+    )
+    .unwrap();
+    assert_eq!(s.held_down.get(&NodeId(3)), Some(&1_060_000));
+    let last = s.epoch_history.last().unwrap();
+    assert!(
+        last.change
+            .contains("Up -> Down (by gateway node 1: node 3 said nothing"),
+        "{}",
+        last.change
+    );
+    // Coming back up clears the hold.
+    s.apply(
+        &Command::JudgeNodeState {
+            id: NodeId(3),
+            state: NodeState::Up,
+            term: 0,
+        },
+        1_061,
+    )
+    .unwrap();
+    assert!(s.held_down.is_empty());
+    // A verdict with an absurd hold is refused.
+    let bad = Command::SetNodeState {
+        id: NodeId(2),
+        state: NodeState::Down,
+        reason: String::new(),
+        hold_ms: u64::MAX,
+    };
+    assert_eq!(s.apply(&bad, 1_100).unwrap_err().0, ErrorKind::Invalid);
 }

@@ -68,6 +68,7 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
         let timeouts = PeerTimeouts {
             connect: Duration::from_secs(1),
             request: Duration::from_secs(3),
+            ..Default::default()
         };
         let pool = PeerPool::new(NodeId(i), CLUSTER, cell.clone(), timeouts, metrics.clone());
         let local = match caught_up {

@@ -53,6 +53,7 @@ pub fn pool_for(cluster: ClusterId, addr: SocketAddr) -> Arc<PeerPool> {
     let timeouts = PeerTimeouts {
         connect: Duration::from_secs(2),
         request: Duration::from_secs(2),
+        ..Default::default()
     };
     PeerPool::new(
         NodeId(2),

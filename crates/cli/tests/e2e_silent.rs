@@ -1,0 +1,236 @@
+//! A replica that stops answering without closing its sockets (SIGSTOP: a hung host,
+//! a paused VM, a cable cut on the far side) must not hold the VMs' writes: the
+//! gateway gives it up within about half a second, has it marked down, and goes on
+//! without it; after SIGCONT it comes back through the normal catch-up. And a busy
+//! but healthy cluster marks nobody down.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// fio through `uri`: 4 KiB writes at `qd`, each followed by a FLUSH, paced so that
+/// they last about 6 s, every block checked afterwards (crc32c), with a log of
+/// every write's completion time.
+fn fio(uri: &str, qd: usize, log: &std::path::Path) -> Child {
+    Command::new("fio")
+        .args([
+            "--name=silent",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            &format!("--iodepth={qd}"),
+            "--fsync=1",
+            "--size=64M",
+            "--io_size=12M",
+            "--rate_iops=500",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            &format!("--write_lat_log={}", log.display()),
+            "--log_avg_msec=0",
+            "--output-format=json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio")
+}
+
+/// The longest time between two consecutive write completions in fio's latency
+/// log (`time_ms, latency, direction, size, offset`; direction 1 is a write).
+fn longest_pause(log: &std::path::Path) -> (Duration, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut times: Vec<u64> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            (f.len() >= 3 && f[2] == "1")
+                .then(|| f[0].parse().ok())
+                .flatten()
+        })
+        .collect();
+    times.sort_unstable();
+    let gap = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    (Duration::from_millis(gap), times.len())
+}
+
+fn status(c: &Cluster) -> Value {
+    let o = c.drove(0, &["cluster", "status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: signalling a node process this test started.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Stop a replica (not the gateway, not the metadata leader) with SIGSTOP for 4 s
+/// under fio at `qd` through node 1; then check the pause, the mark-down and its
+/// reason, the catch-up after SIGCONT and every acknowledged block.
+fn stop_a_replica_under_writes(mode: &str, qd: usize) {
+    let c = Cluster::start(3, 3);
+    // A short hold-down keeps the test short; the default (60 s) is unit-tested.
+    let o = c.drove(0, &["cluster", "config", "--hold-down", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi("s", "64M", &["--copies", "3", "--mode", mode]);
+    let leader = status(&c)["leader"].as_u64().unwrap();
+    let victim = c.nodes[1..]
+        .iter()
+        .find(|n| n.id != leader)
+        .cloned()
+        .expect("a replica that is not the metadata leader");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("w");
+    let load = fio(&c.nodes[0].uri("s"), qd, &log);
+    std::thread::sleep(Duration::from_secs(2));
+    signal(victim.pid, libc::SIGSTOP);
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_secs(4));
+    signal(victim.pid, libc::SIGCONT);
+    let o = load.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let j: Value = out
+        .find('{')
+        .and_then(|i| serde_json::from_str(&out[i..]).ok())
+        .unwrap_or(Value::Null);
+    assert!(o.status.success(), "fio failed: {}", text(&o));
+    assert_eq!(j["jobs"][0]["error"].as_i64(), Some(0), "{j}");
+    assert!(stopped.elapsed() > Duration::from_secs(4));
+    let (pause, writes) = longest_pause(&dir.path().join("w_lat.1.log"));
+    eprintln!("{mode} QD{qd}: {writes} writes, longest pause between acknowledgements {pause:?}");
+    assert!(writes > 1000, "fio wrote too little to judge: {writes}");
+    assert!(
+        pause < Duration::from_secs(2),
+        "writes stalled for {pause:?} ({mode}, QD{qd})"
+    );
+
+    // Marked down by the gateway's timeout, and the history says who and why.
+    let history = status(&c)["epoch_history"].to_string();
+    let by = format!("node {} Up -> Down (by gateway node 1", victim.id);
+    assert!(history.contains(&by), "{history}");
+    assert!(history.contains("said nothing for"), "{history}");
+    let metrics = c.metrics(0);
+    assert!(
+        metrics.contains(&format!(
+            "drove_gateway_markdowns_total{{node=\"{}\",cause=\"silent\"}}",
+            victim.id
+        )),
+        "{metrics}"
+    );
+    // Back after SIGCONT through the normal catch-up; every replica identical.
+    wait_until(Duration::from_secs(60), "the stopped node back up", || {
+        status(&c)["map"]["nodes"][victim.id.to_string()]["state"] == "Up"
+    });
+    // Down once, up once: no flapping.
+    let history = status(&c)["epoch_history"].to_string();
+    let downs = history
+        .matches(&format!("node {} Up -> Down", victim.id))
+        .count();
+    assert_eq!(downs, 1, "{history}");
+    wait_until(Duration::from_secs(120), "recovery to finish", || {
+        let o = c.drove(0, &["vdi", "check", "s", "--json"]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        v["identical"] == v["objects"] && v["degraded"] == 0 && v["objects"].as_u64() > Some(0)
+    });
+}
+
+#[test]
+fn test_sigstop_replica_direct_qd1_writes_pause_under_two_seconds() {
+    if !require(&["fio"]) {
+        return;
+    }
+    stop_a_replica_under_writes("direct", 1);
+}
+
+#[test]
+fn test_sigstop_replica_direct_qd16_writes_pause_under_two_seconds() {
+    if !require(&["fio"]) {
+        return;
+    }
+    stop_a_replica_under_writes("direct", 16);
+}
+
+/// With three nodes and three copies, the stopped node is the primary of about a
+/// third of the objects.
+#[test]
+fn test_sigstop_primary_of_primary_copy_vdi_writes_pause_under_two_seconds() {
+    if !require(&["fio"]) {
+        return;
+    }
+    stop_a_replica_under_writes("primary-copy", 1);
+}
+
+/// Two CPU hogs beside the cluster for the length of a test.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start(n: usize) -> Hogs {
+        Hogs(
+            (0..n)
+                .map(|_| {
+                    Command::new("yes")
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("yes")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Five minutes of fio on a healthy cluster with two CPU hogs beside it: no node is
+/// given up as silent, none is marked down, the epoch does not move.
+#[test]
+fn test_busy_machine_marks_no_healthy_node_down() {
+    if !require(&["fio", "yes"]) {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("busy", "256M", &["--copies", "3"]);
+    let epoch = status(&c)["map"]["epoch"].as_u64().unwrap();
+    let _hogs = Hogs::start(2);
+    let o = Command::new("fio")
+        .args([
+            "--name=busy",
+            "--ioengine=nbd",
+            &format!("--uri={}", c.nodes[0].uri("busy")),
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=256M",
+            "--time_based=1",
+            "--runtime=300",
+            "--output-format=json",
+        ])
+        .output()
+        .expect("fio");
+    assert!(o.status.success(), "fio failed: {}", text(&o));
+    let s = status(&c);
+    assert_eq!(
+        s["map"]["epoch"].as_u64(),
+        Some(epoch),
+        "a node flipped: {}",
+        s["epoch_history"]
+    );
+    for i in 0..3 {
+        let m = c.metrics(i);
+        assert!(
+            !m.contains("drove_peer_silences_total{"),
+            "node {}: {m}",
+            i + 1
+        );
+    }
+}
