@@ -3,7 +3,7 @@
 # clients (qemu-img/qemu-io, nbdinfo/nbdcopy, fio), qemu-nbd (the benchmark baseline),
 # QEMU and a kernel for VM tests. Idempotent: installs only what is missing.
 set -euo pipefail
-pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin nbdkit fio busybox-static
+pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin python3-libnbd nbdkit fio busybox-static
       linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3
       cpio e2fsprogs)
 missing=()

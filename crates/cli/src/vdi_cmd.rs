@@ -198,8 +198,19 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let path = format!("/api/vdis/{}?force={force}", encode(&name));
             let v: serde_json::Value = ctx.delete(&path).await?;
             if ctx.json {
-                return print_json(
-                    &serde_json::json!({ "deleted": v["deleted"], "flattened": flattened }),
+                return print_json(&serde_json::json!({
+                    "deleted": v["deleted"],
+                    "flattened": flattened,
+                    "not_yet_applied": v["not_yet_applied"],
+                }));
+            }
+            let lagging = v["not_yet_applied"].as_array().cloned().unwrap_or_default();
+            if !lagging.is_empty() {
+                let ids: Vec<String> = lagging.iter().map(|n| n.to_string()).collect();
+                eprintln!(
+                    "warning: nodes {} had not yet applied the deletion; clients attached \
+                     through them may read the old disk until they do",
+                    ids.join(", ")
                 );
             }
             if !flattened.is_empty() {

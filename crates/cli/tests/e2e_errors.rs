@@ -84,7 +84,9 @@ fn test_nbd_errors_unknown_export_and_past_the_end() {
     );
     // qemu-io checks bounds itself, so send an out-of-range read with nbdsh if present.
     if require(&["nbdsh"]) {
-        let o = run(Command::new("nbdsh").args([
+        // nbdsh runs `python3` from PATH; Debian's python3-libnbd is for
+        // /usr/bin/python3, not for another python3 earlier on PATH (pyenv).
+        let o = run(Command::new("nbdsh").env("PATH", "/usr/bin:/bin").args([
             "-u", &c.nodes[0].uri("small"),
             "-c", "try:\n  h.pread(4096, (1<<20) - 1024)\n  print('NO ERROR')\nexcept nbd.Error as e:\n  print('ERR', e.errno)",
         ]));

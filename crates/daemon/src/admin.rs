@@ -86,6 +86,10 @@ pub fn router(admin: Admin) -> Router {
             "/api/local/vdis/{name}/clients",
             get(crate::clients::local_clients),
         )
+        .route(
+            "/api/local/vdis/{name}/gone",
+            get(crate::clients::local_gone),
+        )
         .route("/api/recovery", get(recovery))
         .route("/api/nodes/{id}/leave", post(leave_node))
         .route("/api/nodes/{id}/remove", post(remove_node))
@@ -314,7 +318,7 @@ async fn delete_vdi(
     Path(name): Path<String>,
     axum::extract::Query(q): axum::extract::Query<api::DeleteQuery>,
 ) -> ApiResult<serde_json::Value> {
-    find_vdi(&a, &name)?;
+    let id = find_vdi(&a, &name)?.id;
     if !q.force {
         crate::clients::refuse_if_open(&a, &name).await?;
     }
@@ -329,7 +333,17 @@ async fn delete_vdi(
             })
             .await
         {
-            Ok(_) => return Ok(Json(serde_json::json!({ "deleted": name }))),
+            Ok(_) => {
+                let lagging = crate::clients::await_dropped(&a, &name, id).await;
+                if !lagging.is_empty() {
+                    tracing::warn!(
+                        "VDI '{name}' deleted, but nodes {lagging:?} had not applied it within 5 s"
+                    );
+                }
+                return Ok(Json(
+                    serde_json::json!({ "deleted": name, "not_yet_applied": lagging }),
+                ));
+            }
             Err(e) if e.kind() == ErrorKind::Locked && std::time::Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }

@@ -125,3 +125,70 @@ pub(crate) async fn refuse_if_open(a: &Admin, name: &str) -> Result<()> {
         ),
     ))
 }
+
+/// How long a delete waits for the up nodes to drop the VDI's open volumes.
+const DROP_PATIENCE: Duration = Duration::from_secs(5);
+
+#[derive(serde::Deserialize)]
+pub(crate) struct GoneQuery {
+    id: u32,
+}
+
+/// `GET /api/local/vdis/{name}/gone?id=N`: whether this node has applied the deletion
+/// of VDI `name` whose id was N (its record is gone and no volume of it is open, so
+/// any client still attached gets I/O errors).
+pub(crate) async fn local_gone(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<GoneQuery>,
+) -> ApiResult<bool> {
+    let id = drove_types::VdiId(q.id);
+    let recorded = a.meta.state().vdis.get(&name).map(|v| v.id) == Some(id);
+    let open = a.exports.volume(&name).is_some_and(|v| v.info().id == id);
+    Ok(Json(!recorded && !open))
+}
+
+/// After VDI `name` (id `id`) was deleted: wait (at most [`DROP_PATIENCE`]) until every
+/// up node has applied it, so that when the delete returns no client anywhere reads
+/// the old disk any more. Returns the nodes that had not confirmed in time.
+pub(crate) async fn await_dropped(a: &Admin, name: &str, id: drove_types::VdiId) -> Vec<NodeId> {
+    let deadline = tokio::time::Instant::now() + DROP_PATIENCE;
+    let state = a.meta.state();
+    let mut pending: Vec<(NodeId, String)> = state
+        .map
+        .nodes
+        .values()
+        .filter(|n| n.state == NodeState::Up)
+        .map(|n| (n.id, n.admin_addr.clone()))
+        .collect();
+    let me = a.meta.node_id();
+    loop {
+        let http = &a.http;
+        let asks = pending.iter().map(|(node, addr)| async move {
+            if *node == me {
+                let recorded = a.meta.state().vdis.get(name).map(|v| v.id) == Some(id);
+                let open = a.exports.volume(name).is_some_and(|v| v.info().id == id);
+                return !recorded && !open;
+            }
+            let url = format!(
+                "http://{addr}/api/local/vdis/{}/gone?id={}",
+                encode(name),
+                id.0
+            );
+            match http.get(&url).timeout(ASK_TIMEOUT).send().await {
+                Ok(r) if r.status().is_success() => r.json::<bool>().await.unwrap_or(false),
+                _ => false,
+            }
+        });
+        let done = join_all(asks).await;
+        let mut i = 0;
+        pending.retain(|_| {
+            i += 1;
+            !done[i - 1]
+        });
+        if pending.is_empty() || tokio::time::Instant::now() >= deadline {
+            return pending.into_iter().map(|(n, _)| n).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

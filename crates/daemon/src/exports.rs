@@ -19,6 +19,9 @@ use crate::locks::now_ms;
 /// How long an attach waits for another node's post-crash repair of the VDI.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(20);
 
+/// How long an attach waits for the metadata to grant the lock it repairs under.
+const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
+
 /// The exports of this node: the VDI table, opened lazily.
 pub struct VdiExports {
     meta: Arc<Meta>,
@@ -73,7 +76,13 @@ impl VdiExports {
             let me = self.meta.node_id();
             let held_here = self.volume(&info.name).is_some_and(|v| v.holds_lock());
             if let Some(l) = &lock {
-                if l.owner == me && held_here {
+                // This very process holds it (its clients may be between writes, or
+                // its lease lapsed while it is cut off): nothing of a dead writer's
+                // to settle once the predecessors are settled.
+                let mine = l.owner == me && l.incarnation == self.meta.incarnation();
+                if (mine || (l.owner == me && held_here))
+                    && settled.saturating_add(1) >= l.generation
+                {
                     return Ok(());
                 }
                 if l.owner != me && self.holder_is_live(&state, l).await {
@@ -100,8 +109,18 @@ impl VdiExports {
                     tokio::time::sleep(wait).await;
                 }
             }
-            // Taking the lock repairs first (MetaLocks::acquire).
-            match self.locks.acquire(info).await {
+            // Taking the lock repairs first (MetaLocks::acquire). Bounded: a node cut
+            // off from the metadata majority must answer its clients, not wait out
+            // the metadata's own retries (the repair, once started, goes on).
+            let taken = tokio::time::timeout(ACQUIRE_PATIENCE, self.locks.acquire(info))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::unavailable(format!(
+                        "the metadata did not grant VDI '{}''s lock within {ACQUIRE_PATIENCE:?}",
+                        info.name
+                    )))
+                });
+            match taken {
                 Ok(lease) => {
                     let writing_here = self.volume(&info.name).is_some_and(|v| v.holds_lock());
                     if !writing_here {

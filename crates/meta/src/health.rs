@@ -77,6 +77,14 @@ impl Health {
         );
     }
 
+    /// Whether `node` sent a heartbeat within `within` (known on the leader only).
+    pub(crate) fn heard_within(&self, node: NodeId, within: Duration) -> bool {
+        self.seen
+            .lock()
+            .get(&node)
+            .is_some_and(|s| s.at.elapsed() <= within)
+    }
+
     /// The state each node should be in, or nothing while this leader is too new to
     /// judge. `now` and the leadership start are passed in for testability.
     fn verdicts(

@@ -131,6 +131,19 @@ impl Meta {
         }
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
+        // A node still running must learn of its removal (the RemoveNode entry) before
+        // the leader stops replicating to it; otherwise it keeps serving, unaware.
+        let alive = self
+            .health
+            .heard_within(drove_types::NodeId(id), Duration::from_secs(5));
+        if alive && membership.get_node(&id).is_some() {
+            if let Err(e) = self.wait_caught_up(id).await {
+                tracing::warn!(
+                    node = id,
+                    "removing a member that has not seen its removal: {e}"
+                );
+            }
+        }
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         if voters.contains(&id) {
             tracing::info!(node = id, "removing a metadata voter");
