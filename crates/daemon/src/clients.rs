@@ -142,10 +142,14 @@ pub(crate) async fn local_gone(
     Path(name): Path<String>,
     axum::extract::Query(q): axum::extract::Query<GoneQuery>,
 ) -> ApiResult<bool> {
-    let id = drove_types::VdiId(q.id);
-    let recorded = a.meta.state().vdis.get(&name).map(|v| v.id) == Some(id);
-    let open = a.exports.volume(&name).is_some_and(|v| v.info().id == id);
-    Ok(Json(!recorded && !open))
+    Ok(Json(dropped_here(&a, &name, drove_types::VdiId(q.id))))
+}
+
+/// This node has applied the deletion of VDI `name` (id `id`): no record, no volume.
+fn dropped_here(a: &Admin, name: &str, id: drove_types::VdiId) -> bool {
+    let recorded = a.meta.state().vdis.get(name).map(|v| v.id) == Some(id);
+    let open = a.exports.volume(name).is_some_and(|v| v.info().id == id);
+    !recorded && !open
 }
 
 /// After VDI `name` (id `id`) was deleted: wait (at most [`DROP_PATIENCE`]) until every
@@ -166,9 +170,7 @@ pub(crate) async fn await_dropped(a: &Admin, name: &str, id: drove_types::VdiId)
         let http = &a.http;
         let asks = pending.iter().map(|(node, addr)| async move {
             if *node == me {
-                let recorded = a.meta.state().vdis.get(name).map(|v| v.id) == Some(id);
-                let open = a.exports.volume(name).is_some_and(|v| v.info().id == id);
-                return !recorded && !open;
+                return dropped_here(a, name, id);
             }
             let url = format!(
                 "http://{addr}/api/local/vdis/{}/gone?id={}",

@@ -172,6 +172,16 @@ impl PeerReq {
         }
     }
 
+    /// The replicas a primary-copy write is to be passed on to (empty otherwise).
+    pub fn forward(&self) -> &[NodeId] {
+        match self {
+            PeerReq::Write { forward, .. }
+            | PeerReq::WriteZeroes { forward, .. }
+            | PeerReq::Create { forward, .. } => forward,
+            _ => &[],
+        }
+    }
+
     /// Short name for metrics and logs.
     pub fn op_name(&self) -> &'static str {
         match self {
@@ -236,4 +246,16 @@ pub enum PeerResp {
     Digests(Vec<ObjDigest>),
     /// The request failed.
     Err(WireError),
+    /// A primary-copy write failed on `node`, one of the replicas the primary passed it
+    /// on to (`silent`: that node said nothing for the primary's whole silence time,
+    /// rather than answering an error). The sender then writes to each replica
+    /// directly, and need not wait out the same silence itself.
+    ForwardFailed {
+        /// The replica that failed.
+        node: NodeId,
+        /// It failed by saying nothing.
+        silent: bool,
+        /// Its error, as the primary saw it.
+        err: WireError,
+    },
 }

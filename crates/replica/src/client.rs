@@ -280,6 +280,7 @@ impl PeerPool {
         req: PeerReq,
         payload: Bytes,
     ) -> Result<(PeerResp, Bytes)> {
+        let forward = req.forward().to_vec();
         let conn = self.conn(node).await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
@@ -298,7 +299,17 @@ impl PeerPool {
             )));
         }
         match tokio::time::timeout(self.timeouts.request, rx).await {
-            Ok(Ok(frame)) => crate::local::into_result(frame.header, frame.payload),
+            Ok(Ok(frame)) => {
+                if let PeerResp::ForwardFailed {
+                    node: behind,
+                    silent: true,
+                    ..
+                } = &frame.header
+                {
+                    self.heard_silent(node, *behind, &forward);
+                }
+                crate::local::into_result(frame.header, frame.payload)
+            }
             Ok(Err(_)) => Err(Error::unavailable(
                 conn.gave_up.lock().clone().unwrap_or_else(|| {
                     format!("Connection to node {node} broke before it answered")
@@ -372,6 +383,26 @@ impl PeerPool {
     /// since: the gateway is having it marked down, and dialling it again would only
     /// wait out another silence. Once the map moved on (it was marked down, and
     /// maybe up again after its catch-up), or the silence is old, dial.
+    /// The primary `via` says `node`, to which it passed a write on, went silent. Take
+    /// its word (so that writing to `node` directly fails at once rather than after a
+    /// silence of its own) only for a node the write named and that this pool has not
+    /// itself heard from within its silence floor.
+    fn heard_silent(&self, via: NodeId, node: NodeId, forward: &[NodeId]) {
+        if !forward.contains(&node) || node == self.me {
+            return;
+        }
+        if let Some(c) = self.live(node) {
+            if c.heard.lock().elapsed() < self.timeouts.silence_floor {
+                return;
+            }
+            c.give_up(format!("Node {via} found node {node} silent"));
+        }
+        tracing::warn!(%node, "node {via} found node {node} silent behind a primary-copy write");
+        self.silenced
+            .lock()
+            .insert(node, (Instant::now(), self.map.get().epoch));
+    }
+
     fn refuse_if_silent(&self, node: NodeId) -> Result<()> {
         let mut silenced = self.silenced.lock();
         let Some(&(at, epoch)) = silenced.get(&node) else {
@@ -476,12 +507,14 @@ impl PeerPool {
         let watch = tokio::spawn(watchdog(
             Arc::downgrade(&conn),
             node,
-            self.map.clone(),
-            self.rtts.clone(),
-            self.next_id.clone(),
-            self.timeouts.silence_floor,
-            self.metrics.clone(),
-            self.silenced.clone(),
+            Watch {
+                map: self.map.clone(),
+                rtts: self.rtts.clone(),
+                next_id: self.next_id.clone(),
+                floor: self.timeouts.silence_floor,
+                metrics: self.metrics.clone(),
+                silenced: self.silenced.clone(),
+            },
         ));
         conn.tasks
             .lock()
@@ -493,19 +526,32 @@ impl PeerPool {
 /// Watch one connection until it dies: ping a peer that is quiet while requests
 /// wait, give up one that stays silent or that the map marks down, and ping an idle
 /// peer now and then to keep its round trip measured.
-async fn watchdog(
-    conn: std::sync::Weak<Conn>,
-    node: NodeId,
+/// What a connection's watchdog shares with its pool.
+struct Watch {
     map: Arc<MapCell>,
     rtts: Arc<Mutex<HashMap<NodeId, Rtt>>>,
     next_id: Arc<AtomicU64>,
     floor: Duration,
     metrics: Arc<Metrics>,
     silenced: Arc<Mutex<HashMap<NodeId, (Instant, Epoch)>>>,
-) {
+}
+
+async fn watchdog(conn: std::sync::Weak<Conn>, node: NodeId, w: Watch) {
+    let Watch {
+        map,
+        rtts,
+        next_id,
+        floor,
+        metrics,
+        silenced,
+    } = w;
     let mut last_ping = Instant::now();
     loop {
+        let asleep = Instant::now();
         tokio::time::sleep(WATCH_EVERY).await;
+        // Woken far too late: this process was starved, and the peer's answers may
+        // sit unread in the socket. Let the reader run before judging anyone.
+        let stalled = asleep.elapsed() > WATCH_EVERY * 4;
         let Some(conn) = conn.upgrade() else { return };
         if conn.dead.load(Ordering::SeqCst) {
             return;
@@ -532,6 +578,7 @@ async fn watchdog(
             && now.duration_since(last_ping) >= PING_EVERY
             && conn.last_used.lock().elapsed() < CLIENT_IDLE;
         match live.judge(now, oldest, heard, probing) {
+            Verdict::Silent(_) if stalled => continue,
             Verdict::Silent(quiet) => {
                 let why = format!(
                     "Node {node} said nothing for {} ms while requests waited (silent: stopped or cut off?)",

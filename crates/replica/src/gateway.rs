@@ -187,7 +187,9 @@ impl Gateway {
 
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         if node == self.me {
-            crate::local::apply_and_forward(&self.local, &self.pool, &req, payload).await
+            let (resp, payload) =
+                crate::local::apply_and_forward(&self.local, &self.pool, &req, payload).await?;
+            crate::local::into_result(resp, payload)
         } else {
             self.pool.call(node, req, payload).await
         }

@@ -6,6 +6,7 @@ use drove_proto::{ObjDigest, PeerReq, PeerResp, MAX_OIDS};
 use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjVersion, ObjectId, Result, VdiInfo};
 use futures::future::join_all;
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::catalog::CatalogCell;
@@ -414,10 +415,15 @@ fn version(epoch: Epoch, generation: u64) -> ObjVersion {
     }
 }
 
-/// Turn a response into a result: a [`PeerResp::Err`] becomes an [`Error`].
+/// Turn a response into a result: a [`PeerResp::Err`] or [`PeerResp::ForwardFailed`]
+/// becomes an [`Error`].
 pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> {
     match resp {
         PeerResp::Err(e) => Err(e.into()),
+        PeerResp::ForwardFailed { node, err, .. } => Err(Error::new(
+            err.kind,
+            format!("Passing the write on to node {node} failed: {}", err.msg),
+        )),
         other => Ok((other, payload)),
     }
 }
@@ -426,7 +432,10 @@ pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> 
 /// the same time; the answer is an error if this node or any of them failed. Used by
 /// the peer server and by a gateway that is itself the primary. The forward list is
 /// checked first: only the object's other replicas, each once (a list naming one
-/// node 2,000 times once made this node send it 2,000 writes).
+/// node 2,000 times once made this node send it 2,000 writes). A replica that failed
+/// behind this node is named in a [`PeerResp::ForwardFailed`] answer (after this
+/// node's own failure, if any), so the sender learns which one and whether it went
+/// silent.
 pub async fn apply_and_forward(
     local: &LocalStore,
     pool: &PeerPool,
@@ -457,10 +466,19 @@ pub async fn apply_and_forward(
         .iter()
         .map(|&n| pool.call(n, onward.clone(), payload.clone()));
     let (local, remote) = tokio::join!(local.apply(req, payload.clone()), join_all(remote));
-    for r in remote {
-        r?;
+    let answer = local?;
+    for (&node, r) in forward.iter().zip(remote) {
+        if let Err(e) = r {
+            let silent = pool.silent_within(node, Duration::from_secs(10));
+            let resp = PeerResp::ForwardFailed {
+                node,
+                silent,
+                err: e.into(),
+            };
+            return Ok((resp, Bytes::new()));
+        }
     }
-    local
+    Ok(answer)
 }
 
 /// A primary-copy forward list is acceptable when it names only replicas of `oid` on

@@ -229,7 +229,7 @@ impl PeerServer {
             Ok(r) => r,
             Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),
         };
-        let ok = !matches!(header, PeerResp::Err(_));
+        let ok = !matches!(header, PeerResp::Err(_) | PeerResp::ForwardFailed { .. });
         self.metrics.peer_server_op(
             op,
             in_bytes + payload.len() as u64,
