@@ -207,6 +207,8 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
                 copies: a.copies,
                 mode,
                 min_copies: a.min_copies,
+                home_zone: None,
+                home_copies: None,
             },
         )
         .await?;

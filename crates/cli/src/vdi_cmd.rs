@@ -26,6 +26,15 @@ pub enum VdiCmd {
         /// at least 1); below it writes fail instead of losing redundancy further.
         #[arg(long)]
         min_copies: Option<u8>,
+        /// The zone (datacenter) that keeps `--home-copies` of every object, where the
+        /// VM runs: its writes and reads stay there. Default: the zone of the node
+        /// that first takes the VDI's write lock.
+        #[arg(long, value_name = "ZONE")]
+        home_zone: Option<String>,
+        /// Copies kept in the home zone (1..=copies; default min(2, copies), fewer if
+        /// the zone has fewer nodes); the others go to other zones, one per zone.
+        #[arg(long, value_name = "N")]
+        home_copies: Option<u8>,
     },
     /// List every VDI.
     List,
@@ -100,6 +109,8 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             copies,
             mode,
             min_copies,
+            home_zone,
+            home_copies,
         } => {
             let size = parse_size(&size)?;
             if let Some(c) = copies {
@@ -117,6 +128,8 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         copies,
                         mode,
                         min_copies,
+                        home_zone,
+                        home_copies,
                     },
                 )
                 .await?;
@@ -290,6 +303,13 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
         i.min_copies()
     );
     println!("mode:        {}", i.mode);
+    match &i.home_zone {
+        Some(z) => println!(
+            "home zone:   {z} ({} copies there, fewer if it has fewer nodes up)",
+            i.home_copies.unwrap_or(2).min(i.copies)
+        ),
+        None => println!("home zone:   none yet (the first writer's zone)"),
+    }
     println!("kind:        {}", kind(i));
     if let Some(p) = i.parent {
         println!("parent id:   {p} (objects it never wrote are read from there)");

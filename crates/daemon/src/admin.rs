@@ -187,6 +187,8 @@ async fn create_vdi(
             mode: req.mode,
             object_size: DEFAULT_OBJECT_SIZE,
             now,
+            home_zone: req.home_zone,
+            home_copies: req.home_copies,
         })
         .await?;
     let mut info = expect_vdi(reply)?;

@@ -18,6 +18,12 @@ pub struct CreateVdi {
     /// Replicas a write needs while some are down; the default when absent.
     #[serde(default)]
     pub min_copies: Option<u8>,
+    /// Home zone; the first writer's zone when absent.
+    #[serde(default)]
+    pub home_zone: Option<String>,
+    /// Copies in the home zone; min(2, copies) when absent.
+    #[serde(default)]
+    pub home_copies: Option<u8>,
 }
 
 /// `POST /api/vdis/{name}/min-copies`.

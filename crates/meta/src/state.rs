@@ -223,6 +223,13 @@ pub enum Command {
         object_size: u32,
         /// Creation time, seconds since the Unix epoch (decided by the proposer).
         now: u64,
+        /// The home zone (a zone of a node in the map); `None`: the zone of the first
+        /// node to take the write lock.
+        #[serde(default)]
+        home_zone: Option<String>,
+        /// Copies in the home zone, 1..=copies; `None`: min(2, copies).
+        #[serde(default)]
+        home_copies: Option<u8>,
     },
     /// Delete a VDI by name. Refused while a writer's lease runs, unless `force`.
     DeleteVdi {
@@ -475,7 +482,12 @@ impl MetaState {
                 mode,
                 object_size,
                 now: created,
-            } => self.create_vdi(name, *size, *copies, *mode, *object_size, *created),
+                home_zone,
+                home_copies,
+            } => {
+                let home = (home_zone.clone(), *home_copies);
+                self.create_vdi(name, *size, *copies, *mode, *object_size, *created, home)
+            }
             Command::DeleteVdi { name, force } => {
                 let Some(vdi) = self.vdis.get(name) else {
                     return Err(no_vdi(name));
@@ -696,6 +708,16 @@ impl MetaState {
         }
         let generation = self.lock_generations.get(&id).copied().unwrap_or(0) + 1;
         self.lock_generations.insert(id, generation);
+        // The first writer's zone becomes the home of a VDI created without one. Only
+        // at the first lock: before it nothing was written, so no object moves.
+        if generation == 1 {
+            let zone = self.map.node(node).map(|n| n.zone.clone());
+            if let Some(v) = self.vdis.get_mut(vdi) {
+                if v.home_zone.is_none() && !v.snapshot {
+                    v.home_zone = zone;
+                }
+            }
+        }
         let lock = VdiLock {
             owner: node,
             generation,
@@ -745,6 +767,7 @@ impl MetaState {
         mode: ReplicationMode,
         object_size: u32,
         created: u64,
+        (home_zone, home_copies): (Option<String>, Option<u8>),
     ) -> ApplyResult {
         validate_name(name).map_err(|e| invalid(e.message().to_string()))?;
         if self.vdis.contains_key(name) {
@@ -770,6 +793,25 @@ impl MetaState {
                 "copies={copies} needs at least {copies} nodes, the cluster has {up}"
             )));
         }
+        if let Some(zone) = &home_zone {
+            if !self.map.nodes.values().any(|n| &n.zone == zone) {
+                let mut zones: Vec<&str> =
+                    self.map.nodes.values().map(|n| n.zone.as_str()).collect();
+                zones.sort_unstable();
+                zones.dedup();
+                return Err(invalid(format!(
+                    "No node is in zone '{zone}'; the zones are: {}",
+                    zones.join(", ")
+                )));
+            }
+        }
+        if let Some(h) = home_copies {
+            if h == 0 || h > copies {
+                return Err(invalid(format!(
+                    "Bad home copies {h}: use 1 to copies ({copies})"
+                )));
+            }
+        }
         let id = self.next_vdi_id;
         let Some(next) = id.checked_add(1) else {
             return Err((ErrorKind::NoSpace, "No VDI ids left".to_string()));
@@ -786,6 +828,8 @@ impl MetaState {
             parent: None,
             snapshot: false,
             ephemeral: false,
+            home_zone,
+            home_copies,
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());

@@ -18,6 +18,8 @@ fn create(name: &str, copies: Option<u8>) -> Command {
         mode: ReplicationMode::Direct,
         object_size: DEFAULT_OBJECT_SIZE,
         now: 1_700_000_000,
+        home_zone: None,
+        home_copies: None,
     }
 }
 

@@ -43,7 +43,43 @@ mod hash;
 #[cfg(test)]
 mod tests;
 
-use drove_types::{ClusterMap, NodeId, NodeInfo, NodeState, ObjectId};
+use drove_types::{ClusterMap, NodeId, NodeInfo, NodeState, ObjectId, VdiInfo};
+
+/// Copies kept in the home zone when a VDI does not say.
+pub const DEFAULT_HOME_COPIES: usize = 2;
+
+/// A VDI's home zone and how many of its copies it wants there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Home<'a> {
+    /// The zone.
+    pub zone: &'a str,
+    /// Copies wanted there (fewer if the zone has fewer eligible nodes).
+    pub copies: usize,
+}
+
+impl<'a> Home<'a> {
+    /// The home of `vdi`, if it has one.
+    pub fn of(vdi: &'a VdiInfo) -> Option<Home<'a>> {
+        vdi.home_zone.as_deref().map(|zone| Home {
+            zone,
+            copies: vdi
+                .home_copies
+                .map_or(DEFAULT_HOME_COPIES, usize::from)
+                .min(usize::from(vdi.copies)),
+        })
+    }
+}
+
+/// The replicas of object `oid` of `vdi`: [`locate_home`] with the VDI's copies and
+/// home zone. Every caller that has the VDI's record places through this.
+pub fn locate_vdi(map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+    locate_home(map, oid, usize::from(vdi.copies), Home::of(vdi))
+}
+
+/// Whether `node` holds one of the replicas of object `oid` of `vdi`.
+pub fn is_holder_vdi(map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId, node: NodeId) -> bool {
+    locate_vdi(map, vdi, oid).contains(&node)
+}
 
 /// Ordered replica nodes for `oid`: first is the "primary". Returns min(copies, up nodes) ids, distinct.
 ///
@@ -52,6 +88,25 @@ use drove_types::{ClusterMap, NodeId, NodeInfo, NodeState, ObjectId};
 /// `copies` zones (see the crate doc for the exact rule). An empty map or
 /// `copies == 0` gives an empty list.
 pub fn locate(map: &ClusterMap, oid: ObjectId, copies: usize) -> Vec<NodeId> {
+    locate_home(map, oid, copies, None)
+}
+
+/// [`locate`] for an object whose VDI has a home zone: the best `home.copies` nodes of
+/// that zone first (fewer if it has fewer up nodes; the first of them is the primary),
+/// then one node per other zone, best zones first, then the best nodes left outside
+/// the home zone, then any left. Without a home, exactly [`locate`].
+///
+/// Moves on a join: every step walks one fixed ranking and a node is skipped or taken
+/// by its own zone and rank alone, so a joining node that is not picked leaves every
+/// step as it was; one that is picked takes one slot, pushing out at most one node.
+/// An object's replicas therefore change only when the new node is among them, and
+/// then by one node (property-tested below for maps with and without home zones).
+pub fn locate_home(
+    map: &ClusterMap,
+    oid: ObjectId,
+    copies: usize,
+    home: Option<Home<'_>>,
+) -> Vec<NodeId> {
     let key = oid.as_u64();
     let mut ranked: Vec<(f64, &NodeInfo)> = map
         .nodes
@@ -68,6 +123,20 @@ pub fn locate(map: &ClusterMap, oid: ObjectId, copies: usize) -> Vec<NodeId> {
     let mut taken = vec![false; ranked.len()];
     let mut zones: Vec<&str> = Vec::with_capacity(want);
 
+    // Pass 0: the home zone's share, its best nodes first.
+    if let Some(home) = home {
+        let quota = home.copies.min(want);
+        for (i, (_, node)) in ranked.iter().enumerate() {
+            if picked.len() == quota {
+                break;
+            }
+            if node.zone == home.zone {
+                picked.push(node.id);
+                taken[i] = true;
+            }
+        }
+        zones.push(home.zone);
+    }
     // Pass 1: at most one replica per zone, best first.
     for (i, (_, node)) in ranked.iter().enumerate() {
         if picked.len() == want {
@@ -79,13 +148,19 @@ pub fn locate(map: &ClusterMap, oid: ObjectId, copies: usize) -> Vec<NodeId> {
             taken[i] = true;
         }
     }
-    // Pass 2: fewer zones than copies; fill with the best nodes not yet taken.
-    for (i, (_, node)) in ranked.iter().enumerate() {
-        if picked.len() == want {
-            break;
-        }
-        if !taken[i] {
-            picked.push(node.id);
+    // Pass 2: fewer zones than copies; fill with the best nodes not yet taken, those
+    // outside the home zone first (it has its share).
+    let home_zone = home.map(|h| h.zone);
+    for outside_first in [true, false] {
+        for (i, (_, node)) in ranked.iter().enumerate() {
+            if picked.len() == want {
+                break;
+            }
+            let skip = outside_first && Some(node.zone.as_str()) == home_zone;
+            if !taken[i] && !skip {
+                picked.push(node.id);
+                taken[i] = true;
+            }
         }
     }
     picked

@@ -1,6 +1,6 @@
 //! Tests of [`crate::locate`]: the rules (length, distinctness, zones, down nodes),
 //! balance over 10,000 objects, and how little data moves when a node joins or leaves.
-use crate::{is_holder, locate};
+use crate::{is_holder, locate, locate_home, Home};
 use drove_types::{ClusterMap, Epoch, NodeId, NodeInfo, NodeState, ObjectId, VdiId};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -388,4 +388,107 @@ proptest! {
             prop_assert_eq!(before, after);
         }
     }
+}
+
+/// A home zone among the labels [`arb_map`] uses (z3 is a zone no node has).
+fn arb_home() -> impl Strategy<Value = (String, usize)> {
+    (0u8..4, 0usize..4).prop_map(|(z, c)| (format!("z{z}"), c))
+}
+
+proptest! {
+    #[test]
+    fn test_no_home_places_as_before(map in arb_map(), oid in arb_oid(), copies in 0usize..7) {
+        prop_assert_eq!(locate_home(&map, oid, copies, None), locate(&map, oid, copies));
+    }
+
+    #[test]
+    fn test_home_copies_come_first_on_distinct_home_nodes(
+        map in arb_map(), oid in arb_oid(), copies in 0usize..7, (zone, want) in arb_home(),
+    ) {
+        let home = Home { zone: &zone, copies: want };
+        let got = locate_home(&map, oid, copies, Some(home));
+        prop_assert_eq!(&got, &locate_home(&map, oid, copies, Some(home)));
+        let ok = eligible(&map);
+        prop_assert_eq!(got.len(), copies.min(ok.len()));
+        let distinct: BTreeSet<_> = got.iter().collect();
+        prop_assert_eq!(distinct.len(), got.len());
+        let zone_of = |id: &NodeId| map.node(*id).map(|n| n.zone.clone()).unwrap_or_default();
+        // The home share: min(wanted, copies, eligible home nodes), first in the list.
+        let home_nodes = ok.iter().filter(|n| n.zone == zone).count();
+        let share = want.min(copies).min(home_nodes);
+        for id in &got[..share] {
+            prop_assert_eq!(zone_of(id), zone.clone());
+        }
+        // The rest: as many distinct other zones as there are, before any repeats; the
+        // home zone again only when nothing else is left.
+        let rest = &got[share..];
+        let others: BTreeSet<String> =
+            ok.iter().filter(|n| n.zone != zone).map(|n| n.zone.clone()).collect();
+        let rest_zones: BTreeSet<String> =
+            rest.iter().map(zone_of).filter(|z| *z != zone).collect();
+        prop_assert_eq!(rest_zones.len(), rest.len().min(others.len()));
+        let outside = ok.iter().filter(|n| n.zone != zone).count();
+        let home_in_rest = rest.iter().filter(|id| zone_of(id) == zone).count();
+        prop_assert_eq!(home_in_rest, rest.len().saturating_sub(outside));
+    }
+
+    #[test]
+    fn test_with_a_home_adding_a_node_only_moves_replicas_onto_it(
+        map in arb_map(), oid in arb_oid(), copies in 1usize..5, zone in 0u8..4,
+        weight in 1u32..4, (home, want) in arb_home(),
+    ) {
+        let h = Some(Home { zone: &home, copies: want });
+        let mut grown = map.clone();
+        let joined = node(9, &format!("z{zone}"), weight);
+        grown.nodes.insert(joined.id, joined);
+        let before = locate_home(&map, oid, copies, h);
+        let after = locate_home(&grown, oid, copies, h);
+        if after.contains(&NodeId(9)) {
+            let old: BTreeSet<_> = before.iter().collect();
+            let new: BTreeSet<_> = after.iter().collect();
+            prop_assert_eq!(new.difference(&old).count(), 1);
+            prop_assert!(old.difference(&new).count() <= 1);
+        } else {
+            prop_assert_eq!(before, after);
+        }
+    }
+}
+
+/// The paper's set-up, 4 zones of 2 nodes, copies 3, home zone z0: every object has
+/// both z0 nodes and one node of another zone, the other zones sharing that copy
+/// evenly; without a home, z0 holds a copy of only about 3/4 of the objects.
+#[test]
+fn test_home_zone_on_four_zones_of_two() {
+    let map = map_of((1..=8).map(|i| node(i, &format!("z{}", (i - 1) / 2), 1)));
+    let home = Some(Home {
+        zone: "z0",
+        copies: 2,
+    });
+    let mut remote = BTreeMap::<String, u32>::new();
+    let mut without = 0;
+    for oid in objects() {
+        let got = locate_home(&map, oid, 3, home);
+        let zones: Vec<String> = got
+            .iter()
+            .map(|id| map.node(*id).unwrap().zone.clone())
+            .collect();
+        assert_eq!(&zones[..2], ["z0", "z0"], "{oid}: {got:?}");
+        assert_ne!(zones[2], "z0");
+        *remote.entry(zones[2].clone()).or_default() += 1;
+        if !locate(&map, oid, 3)
+            .iter()
+            .any(|id| map.node(*id).unwrap().zone == "z0")
+        {
+            without += 1;
+        }
+    }
+    for (z, n) in &remote {
+        let share = f64::from(*n) / f64::from(OBJECTS);
+        assert!((share - 1.0 / 3.0).abs() < 0.03, "{z}: {share}");
+    }
+    let share = f64::from(without) / f64::from(OBJECTS);
+    assert!(
+        (share - 0.25).abs() < 0.03,
+        "objects with no copy in z0: {share}"
+    );
 }

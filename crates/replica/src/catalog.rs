@@ -158,6 +158,8 @@ mod tests {
             parent: None,
             snapshot: false,
             ephemeral: false,
+            home_zone: None,
+            home_copies: None,
         }
     }
 

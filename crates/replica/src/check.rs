@@ -10,7 +10,7 @@
 //!   them), so picking one is enough; picking the same one for all is what matters.
 //! - A scrub reads every object stored on this node; a copy that fails its block
 //!   checksums is marked pending and recovered from a current replica.
-use drove_placement::locate;
+use drove_placement::locate_vdi;
 use drove_proto::ObjDigest;
 use drove_types::{NodeId, ObjectId, Result, VdiInfo};
 use serde::{Deserialize, Serialize};
@@ -92,7 +92,7 @@ impl Recoverer {
         };
         let epoch = view.map.epoch;
         for oid in oids {
-            let placed = locate(&view.map, oid, usize::from(vdi.copies));
+            let placed = locate_vdi(&view.map, vdi, oid);
             if placed.len() < usize::from(vdi.copies) {
                 report.degraded += 1;
             }

@@ -84,7 +84,7 @@ impl Gateway {
     /// The replicas of `oid` on `map`, or an error when fewer than the VDI's
     /// `min_copies` nodes are up.
     fn replicas_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Result<Vec<NodeId>> {
-        let nodes = drove_placement::locate(map, oid, usize::from(vdi.copies));
+        let nodes = drove_placement::locate_vdi(map, vdi, oid);
         if nodes.len() < usize::from(vdi.min_copies()) {
             return Err(Error::unavailable(format!(
                 "VDI '{}' needs at least {} of its {} copies but only {} nodes are up",
@@ -181,7 +181,7 @@ impl Gateway {
 
     /// The replicas on `map` in the order reads try them: this node first.
     fn read_order_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-        let nodes = drove_placement::locate(map, oid, usize::from(vdi.copies));
+        let nodes = drove_placement::locate_vdi(map, vdi, oid);
         read_order(map, self.me, nodes)
     }
 
@@ -424,7 +424,7 @@ impl Gateway {
         let worst = oids
             .iter()
             .map(|&o| {
-                drove_placement::locate(map, o, usize::from(vdi.copies))
+                drove_placement::locate_vdi(map, vdi, o)
                     .iter()
                     .filter(|n| !bad.contains(n))
                     .count()

@@ -493,7 +493,7 @@ fn check_forward(
     epoch: Epoch,
     forward: &[NodeId],
 ) -> Result<()> {
-    let placed = drove_placement::locate(map, oid, usize::from(vdi.copies));
+    let placed = drove_placement::locate_vdi(map, vdi, oid);
     let mut seen = std::collections::BTreeSet::new();
     let bad = forward.len() >= usize::from(vdi.copies)
         || forward

@@ -15,7 +15,7 @@
 //! does (every holder restarted after missing writes), the one with the latest
 //! clean epoch wins, this node included, so holders agree without talking.
 use bytes::Bytes;
-use drove_placement::locate;
+use drove_placement::locate_vdi;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
 use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result, VdiId, VdiInfo};
 use futures::future::{join_all, BoxFuture};
@@ -50,7 +50,7 @@ impl View {
     fn holds(&self, map: &ClusterMap, node: NodeId, oid: ObjectId) -> bool {
         self.vdis
             .get(&oid.vdi)
-            .is_some_and(|v| locate(map, oid, usize::from(v.copies)).contains(&node))
+            .is_some_and(|v| locate_vdi(map, v, oid).contains(&node))
     }
 
     /// Every node still in the map that `oid` was placed on at epoch `since` or
@@ -63,7 +63,7 @@ impl View {
             .iter()
             .filter(|m| m.epoch >= since)
             .chain(std::iter::once(&*self.map))
-            .flat_map(|m| locate(m, oid, usize::from(v.copies)))
+            .flat_map(|m| locate_vdi(m, v, oid))
             // A node removed from the map was declared gone: not waited for.
             .filter(|n| self.map.node(*n).is_some())
             .collect()
@@ -495,7 +495,7 @@ impl Recoverer {
             return Ok(());
         };
         let len = vdi.object_size;
-        let placed = locate(&view.map, oid, usize::from(vdi.copies));
+        let placed = locate_vdi(&view.map, vdi, oid);
         let mut others: Vec<NodeId> = self.holders.lock().get(&oid).cloned().unwrap_or_default();
         others.extend(placed.iter().copied());
         others.retain(|&n| {
@@ -694,7 +694,7 @@ impl Recoverer {
             let Some(vdi) = view.vdis.get(&oid.vdi) else {
                 continue;
             };
-            let placed = locate(&view.map, oid, usize::from(vdi.copies));
+            let placed = locate_vdi(&view.map, vdi, oid);
             if placed.contains(&self.me) || placed.len() < usize::from(vdi.copies) {
                 continue;
             }
@@ -815,11 +815,13 @@ mod tests {
             parent: None,
             snapshot: false,
             ephemeral: false,
+            home_zone: None,
+            home_copies: None,
         };
         // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
         // the third node takes its place. Epoch 3: that holder is removed.
         let m1 = map(1, &[(1, Up), (2, Up), (3, Up)]);
-        let first = locate(&m1, oid, 2);
+        let first = drove_placement::locate(&m1, oid, 2);
         let third = NodeId(6 - first.iter().map(|n| n.0).sum::<u64>());
         let mut m2 = m1.clone();
         m2.epoch = Epoch(2);

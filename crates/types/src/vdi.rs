@@ -73,6 +73,16 @@ pub struct VdiInfo {
     /// Deleted when the last client that wrote it detaches (`vdi clone --ephemeral`).
     #[serde(default)]
     pub ephemeral: bool,
+    /// The zone (datacenter) whose nodes hold [`VdiInfo::home_copies`] of its objects,
+    /// so that its writer's writes and reads stay there. Set at creation
+    /// (`--home-zone`) or by the first node to take the write lock; `None` until then
+    /// (placed as without zones' preference).
+    #[serde(default)]
+    pub home_zone: Option<String>,
+    /// Copies kept in the home zone; `None` means min(2, copies). Fewer when the home
+    /// zone has fewer up nodes.
+    #[serde(default)]
+    pub home_copies: Option<u8>,
 }
 
 impl VdiInfo {

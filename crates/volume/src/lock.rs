@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{RwLock, RwLockReadGuard};
 
 /// A granted lease.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Lease {
     /// Lock generation, carried by every write.
     pub generation: u64,
@@ -26,6 +26,9 @@ pub struct Lease {
     /// The VDI id the lock covers. It differs from the volume's when a snapshot gave
     /// the VDI's name a new id that this node has not applied yet: writes wait for it.
     pub vdi: VdiId,
+    /// The VDI's home zone as of the grant: the first grant sets it, and writes wait
+    /// until the volume's record shows it (their placement depends on it).
+    pub home_zone: Option<String>,
 }
 
 /// What the volume needs from the cluster metadata to hold a VDI's lock.
@@ -53,6 +56,7 @@ const SAFETY: Duration = Duration::from_millis(500);
 struct Held {
     generation: u64,
     vdi: VdiId,
+    home_zone: Option<String>,
     valid_until: Option<Instant>,
     duration: Duration,
     /// Why writes are refused until every client detaches.
@@ -74,6 +78,7 @@ impl WriteLock {
         let h = self.held.lock();
         Held {
             retired: h.retired.clone(),
+            home_zone: h.home_zone.clone(),
             ..*h
         }
     }
@@ -132,6 +137,7 @@ impl WriteLock {
                     self.update(|h| {
                         h.generation = lease.generation;
                         h.vdi = lease.vdi;
+                        h.home_zone = lease.home_zone.clone();
                         h.duration = lease.duration;
                         h.valid_until = Some(asked + lease.duration);
                     });
@@ -164,6 +170,11 @@ impl WriteLock {
     /// The VDI id the held lock covers (`VdiId(0)` when unknown).
     pub fn vdi(&self) -> VdiId {
         self.snapshot().vdi
+    }
+
+    /// The VDI's home zone as of the grant (`None` when it has none, or unknown).
+    pub fn home_zone(&self) -> Option<String> {
+        self.snapshot().home_zone
     }
 
     /// The lock moved to `vdi` with the snapshot this node took.

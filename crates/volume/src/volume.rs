@@ -196,15 +196,20 @@ impl Volume {
     /// than the volume's, and writing to the old one would change the snapshot.
     async fn view_for_lock(&self) -> Result<(VdiInfo, Vec<VdiInfo>)> {
         let want = self.lock.vdi();
+        let home = self.lock.home_zone();
         let deadline = tokio::time::Instant::now() + NEW_ID_PATIENCE;
         loop {
             let view = self.view();
-            if want == drove_types::VdiId::default() || view.0.id == want {
+            // The first grant gives the VDI its home zone, which places its objects:
+            // write only once this node's record shows it.
+            let placed = home.is_none() || view.0.home_zone == home;
+            if (want == drove_types::VdiId::default() || view.0.id == want) && placed {
                 return Ok(view);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(Error::unavailable(format!(
-                    "VDI '{}' moved to id {want} (a snapshot or rollback) and this node has not caught up",
+                    "VDI '{}' moved to id {want} (a snapshot or rollback) or got its home zone \
+                     {home:?}, and this node has not caught up",
                     view.0.name
                 )));
             }

@@ -18,6 +18,7 @@ impl LockService for FreeLocks {
             generation: 1,
             duration: Duration::from_secs(60),
             vdi: vdi.id,
+            home_zone: vdi.home_zone.clone(),
         })
     }
     async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
@@ -54,6 +55,8 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         parent: None,
         snapshot: false,
         ephemeral: false,
+        home_zone: None,
+        home_copies: None,
     };
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),

@@ -161,6 +161,10 @@ impl MetaState {
             parent: Some(parent.id),
             snapshot: false,
             ephemeral,
+            // A clone's own objects live where its first writer is (a golden image in
+            // one datacenter serves VMs in all of them); reads of the snapshot's
+            // objects go by the snapshot's home.
+            home_zone: None,
             ..parent
         };
         self.vdis.insert(name.to_string(), info.clone());

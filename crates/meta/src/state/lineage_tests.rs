@@ -178,6 +178,8 @@ fn test_rollback_gives_a_fresh_child_of_an_ancestor_snapshot() {
             mode: ReplicationMode::Direct,
             object_size: DEFAULT_OBJECT_SIZE,
             now: 1,
+            home_zone: None,
+            home_copies: None,
         },
         1,
     )

@@ -26,6 +26,8 @@ pub(super) fn state_with(name: &str) -> MetaState {
             mode: ReplicationMode::Direct,
             object_size: DEFAULT_OBJECT_SIZE,
             now: 100,
+            home_zone: None,
+            home_copies: None,
         },
         100,
     )
@@ -257,4 +259,71 @@ fn test_an_endless_lease_or_a_wild_clock_is_refused_and_locks_nothing() {
     assert!(msg.contains("clock"), "{msg}");
     assert!(s.locks.is_empty(), "nothing was locked");
     lock_of(s.apply(&lock(10_000, 1_000_000), 1_000));
+}
+
+/// A VDI created without a home zone gets the zone of the first node to take its lock,
+/// and keeps it through later locks by other nodes; a clone starts without one.
+#[test]
+fn test_the_first_lock_holder_gives_the_vdi_its_home_zone() {
+    let mut s = state();
+    assert_eq!(s.vdis["vm"].home_zone, None);
+    acquire(&mut s, 2, 1_000).unwrap();
+    assert_eq!(s.vdis["vm"].home_zone.as_deref(), Some("z2"));
+    release(&mut s, 2, 1);
+    acquire(&mut s, 3, 2_000).unwrap();
+    assert_eq!(
+        s.vdis["vm"].home_zone.as_deref(),
+        Some("z2"),
+        "only the first"
+    );
+    release(&mut s, 3, 2);
+    s.apply(
+        &Command::SnapshotVdi {
+            name: "vm".into(),
+            snap: "gold".into(),
+            by: NodeId(3),
+            now_ms: 3_000,
+        },
+        3,
+    )
+    .unwrap();
+    assert_eq!(s.vdis["gold"].home_zone.as_deref(), Some("z2"));
+    assert_eq!(s.vdis["vm"].home_zone.as_deref(), Some("z2"));
+    s.apply(
+        &Command::CloneVdi {
+            snap: "gold".into(),
+            name: "web".into(),
+            ephemeral: false,
+        },
+        3,
+    )
+    .unwrap();
+    assert_eq!(s.vdis["web"].home_zone, None);
+}
+
+/// A home zone must be a zone some node is in, and home copies 1..=copies.
+#[test]
+fn test_a_home_zone_must_exist_and_home_copies_fit() {
+    let mut s = state();
+    let create = |zone: &str, home_copies: Option<u8>| Command::CreateVdi {
+        name: "h".into(),
+        size: 1 << 30,
+        copies: Some(3),
+        mode: ReplicationMode::Direct,
+        object_size: DEFAULT_OBJECT_SIZE,
+        now: 100,
+        home_zone: Some(zone.into()),
+        home_copies,
+    };
+    let (kind, msg) = s.apply(&create("nowhere", None), 100).unwrap_err();
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("z1, z2, z3"), "{msg}");
+    for bad in [0, 4] {
+        let (kind, msg) = s.apply(&create("z1", Some(bad)), 100).unwrap_err();
+        assert_eq!(kind, ErrorKind::Invalid, "{msg}");
+    }
+    assert!(!s.vdis.contains_key("h"), "refusals leave nothing");
+    s.apply(&create("z1", Some(3)), 100).unwrap();
+    assert_eq!(s.vdis["h"].home_zone.as_deref(), Some("z1"));
+    assert_eq!(s.vdis["h"].home_copies, Some(3));
 }

@@ -39,6 +39,8 @@ fn create(name: &str, size: u64, copies: Option<u8>) -> Command {
         mode: ReplicationMode::Direct,
         object_size: DEFAULT_OBJECT_SIZE,
         now: 1234,
+        home_zone: None,
+        home_copies: None,
     }
 }
 
@@ -298,6 +300,8 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
             mode: ReplicationMode::Direct,
             object_size,
             now: 0,
+            home_zone: None,
+            home_copies: None,
         };
         let (kind, _) = err_of(s.apply(&cmd, 0));
         assert_eq!(kind, ErrorKind::Invalid, "object size {object_size}");
@@ -310,6 +314,8 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
         mode: ReplicationMode::Direct,
         object_size: 4096,
         now: 0,
+        home_zone: None,
+        home_copies: None,
     };
     assert_eq!(err_of(s.apply(&cmd, 0)).0, ErrorKind::Invalid);
 }

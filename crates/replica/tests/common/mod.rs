@@ -116,6 +116,8 @@ pub fn vdi(mode: ReplicationMode) -> VdiInfo {
         parent: None,
         snapshot: false,
         ephemeral: false,
+        home_zone: None,
+        home_copies: None,
     }
 }
 
