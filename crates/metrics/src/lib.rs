@@ -93,6 +93,15 @@ pub struct Metrics {
     peer_silent: Family<PeerLabels, Counter>,
     peer_rtt: Family<PeerLabels, Gauge<f64, AtomicU64>>,
     markdowns: Family<MarkdownLabels, Counter>,
+    reads: Family<WhereLabels, Counter>,
+    hedged_reads: Counter,
+    hedge_wins: Counter,
+}
+
+/// Where the replica that served a read sits, seen from the gateway.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhereLabels {
+    r#where: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +155,24 @@ impl Metrics {
             "Replicas this gateway had marked down, by node and cause (silent, error)",
             markdowns.clone(),
         );
+        let reads = Family::<WhereLabels, Counter>::default();
+        registry.register(
+            "gateway_reads",
+            "Reads this gateway served, by where the answering replica is (local, zone, remote)",
+            reads.clone(),
+        );
+        let hedged_reads = Counter::default();
+        registry.register(
+            "gateway_hedged_reads",
+            "Reads also sent to the next replica because the first was slow to answer",
+            hedged_reads.clone(),
+        );
+        let hedge_wins = Counter::default();
+        registry.register(
+            "gateway_hedge_wins",
+            "Hedged reads served by the hedge rather than by the first replica",
+            hedge_wins.clone(),
+        );
         Arc::new(Metrics {
             registry,
             nbd,
@@ -156,6 +183,9 @@ impl Metrics {
             peer_silent,
             peer_rtt,
             markdowns,
+            reads,
+            hedged_reads,
+            hedge_wins,
         })
     }
 
@@ -220,6 +250,26 @@ impl Metrics {
             .inc();
     }
 
+    /// Count a read this gateway served from a replica at `place`: `local` (its own
+    /// store), `zone` (a node of its zone) or `remote`.
+    pub fn gateway_read(&self, place: &str) {
+        self.reads
+            .get_or_create(&WhereLabels {
+                r#where: place.to_string(),
+            })
+            .inc();
+    }
+
+    /// Count a read sent to a second replica while the first had not answered.
+    pub fn gateway_hedged_read(&self) {
+        self.hedged_reads.inc();
+    }
+
+    /// Count a hedged read whose answer came from the hedge.
+    pub fn gateway_hedge_win(&self) {
+        self.hedge_wins.inc();
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -252,5 +302,24 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("drove_nbd_latency_seconds_bucket"), "{text}");
+    }
+
+    #[test]
+    fn test_gateway_reads_are_counted_by_place_and_hedges_apart() {
+        let m = Metrics::new();
+        m.gateway_read("local");
+        m.gateway_read("remote");
+        m.gateway_read("remote");
+        m.gateway_hedged_read();
+        m.gateway_hedge_win();
+        let text = m.encode();
+        for line in [
+            "drove_gateway_reads_total{where=\"local\"} 1",
+            "drove_gateway_reads_total{where=\"remote\"} 2",
+            "drove_gateway_hedged_reads_total 1",
+            "drove_gateway_hedge_wins_total 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
     }
 }

@@ -253,6 +253,12 @@ impl PeerPool {
         self.rtts.lock().get(&node).and_then(Rtt::smoothed)
     }
 
+    /// A round trip to `node` longer than almost all measured ones (`srtt + 4
+    /// rttvar`), once pings measured it: the gateway hedges reads from it.
+    pub fn rtt_high(&self, node: NodeId) -> Option<Duration> {
+        self.rtts.lock().get(&node).and_then(Rtt::high)
+    }
+
     /// Send `req` with `payload` to `node` and wait for its answer. A
     /// [`PeerResp::Err`] answer is returned as an error.
     pub async fn call(

@@ -3,6 +3,7 @@
 //! the connection open and answers nothing). The pool gives the peer up within
 //! its silence floor instead of the 10 s request timeout, fails fast until the map
 //! moves on, and fails requests at once when the map marks the peer down.
+mod relay;
 mod wire;
 
 use bytes::Bytes;
@@ -10,63 +11,12 @@ use drove_metrics::Metrics;
 use drove_proto::PeerReq;
 use drove_replica::{MapCell, PeerPool, PeerTimeouts, ServerLimits};
 use drove_types::{ClusterMap, Epoch, ErrorKind, NodeId, NodeInfo, NodeState};
+use relay::Relay;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use wire::*;
-
-/// A relay that can be frozen: while frozen it moves no byte either way and closes
-/// nothing.
-struct Relay {
-    addr: SocketAddr,
-    frozen: Arc<AtomicBool>,
-}
-
-impl Relay {
-    async fn start(to: SocketAddr) -> Relay {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let frozen = Arc::new(AtomicBool::new(false));
-        let f = frozen.clone();
-        tokio::spawn(async move {
-            while let Ok((inbound, _)) = l.accept().await {
-                let outbound = TcpStream::connect(to).await.unwrap();
-                let (ri, wi) = inbound.into_split();
-                let (ro, wo) = outbound.into_split();
-                tokio::spawn(pump(ri, wo, f.clone()));
-                tokio::spawn(pump(ro, wi, f.clone()));
-            }
-        });
-        Relay { addr, frozen }
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    frozen: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        while frozen.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        // Bytes read just before a freeze are held, not delivered.
-        while frozen.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
 
 fn map_with(addr: SocketAddr, epoch: u64, state: NodeState) -> ClusterMap {
     let mut map = ClusterMap {

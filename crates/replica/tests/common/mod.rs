@@ -28,6 +28,7 @@ pub struct TestNode {
     pub gateway: Arc<Gateway>,
     pub pool: Arc<PeerPool>,
     pub map: Arc<MapCell>,
+    pub metrics: Arc<Metrics>,
     pub server: tokio::task::JoinHandle<()>,
     pub _dir: tempfile::TempDir,
 }
@@ -40,6 +41,20 @@ pub async fn cluster(n: u64) -> Vec<TestNode> {
 /// catch-up state, caught up with that epoch (requests from older epochs are
 /// refused, as on a real node), instead of taking every epoch.
 pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
+    let timeouts = PeerTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(3),
+        ..Default::default()
+    };
+    cluster_with(n, caught_up, timeouts).await
+}
+
+/// Like [`cluster_at`], with each node's pool waiting on its peers as `timeouts` say.
+pub async fn cluster_with(
+    n: u64,
+    caught_up: Option<Epoch>,
+    timeouts: PeerTimeouts,
+) -> Vec<TestNode> {
     let mut listeners = Vec::new();
     let mut nodes = BTreeMap::new();
     for i in 1..=n {
@@ -65,11 +80,6 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
         let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir.path(), 4 << 20).unwrap());
         let metrics = Metrics::new();
         let cell = Arc::new(MapCell::new(map.clone()));
-        let timeouts = PeerTimeouts {
-            connect: Duration::from_secs(1),
-            request: Duration::from_secs(3),
-            ..Default::default()
-        };
         let pool = PeerPool::new(NodeId(i), CLUSTER, cell.clone(), timeouts, metrics.clone());
         let local = match caught_up {
             None => LocalStore::new(store.clone()),
@@ -87,8 +97,9 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
             metrics.clone(),
         );
         local.catalog().publish(catalog(&map, &[]));
-        let server =
-            tokio::spawn(PeerServer::new(local.clone(), pool.clone(), metrics, CLUSTER).serve(l));
+        let server = tokio::spawn(
+            PeerServer::new(local.clone(), pool.clone(), metrics.clone(), CLUSTER).serve(l),
+        );
         out.push(TestNode {
             id: NodeId(i),
             store,
@@ -96,6 +107,7 @@ pub async fn cluster_at(n: u64, caught_up: Option<Epoch>) -> Vec<TestNode> {
             gateway,
             pool: pool.clone(),
             map: cell,
+            metrics,
             server,
             _dir: dir,
         });

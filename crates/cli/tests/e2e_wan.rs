@@ -1,0 +1,104 @@
+//! WAN mode with real node processes: home zones (placement), and reads that stay in
+//! the reader's zone.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// How many object data files of VDI `id` each node stores (`DIR/objects/<id %08x>/`).
+fn objects_per_node(c: &Cluster, id: u64) -> BTreeMap<u64, usize> {
+    c.nodes
+        .iter()
+        .map(|n| {
+            let dir = Path::new(&n.data).join(format!("objects/{id:08x}"));
+            let mut count = 0;
+            if let Ok(groups) = std::fs::read_dir(&dir) {
+                for g in groups.flatten() {
+                    for f in std::fs::read_dir(g.path()).into_iter().flatten().flatten() {
+                        if f.path().extension().is_none() {
+                            count += 1;
+                        }
+                    }
+                }
+            }
+            (n.id, count)
+        })
+        .collect()
+}
+
+fn info(c: &Cluster, name: &str) -> Value {
+    let o = c.drove(0, &["vdi", "info", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A sample of a counter in Prometheus text (0 when absent).
+fn counter(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Four nodes in two zones, copies 3, no home zone given: the first writer's zone
+/// becomes the home, both of its nodes hold every object and the other zone one
+/// copy of each; a reader in the home zone reads its own copy.
+#[test]
+fn test_the_first_writers_zone_becomes_home_and_holds_two_copies() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(4, 2);
+    c.create_vdi("w", "64M", &["--copies", "3"]);
+    assert_eq!(info(&c, "w")["info"]["home_zone"], Value::Null);
+    let writer = c.nodes[1].clone();
+    let out = qemu_io(&writer.uri("w"), &["write -P 0x7e 0 16M".into()]);
+    assert!(out.contains("wrote 16777216/16777216"), "{out}");
+    let v = info(&c, "w");
+    assert_eq!(v["info"]["home_zone"].as_str(), Some(writer.zone.as_str()), "{v}");
+    let id = v["info"]["id"].as_u64().unwrap();
+
+    let held = objects_per_node(&c, id);
+    let (home, away): (Vec<&Node>, Vec<&Node>) =
+        c.nodes.iter().partition(|n| n.zone == writer.zone);
+    assert_eq!(home.len(), 2);
+    for n in &home {
+        assert_eq!(held[&n.id], 4, "home node {} holds every object: {held:?}", n.id);
+    }
+    let elsewhere: usize = away.iter().map(|n| held[&n.id]).sum();
+    assert_eq!(elsewhere, 4, "one copy of each object outside: {held:?}");
+
+    // The other home-zone node reads its own copy.
+    let reader = home.iter().find(|n| n.id != writer.id).unwrap();
+    let i = c.nodes.iter().position(|n| n.id == reader.id).unwrap();
+    let before = c.metrics(i);
+    let out = qemu_io(&reader.uri("w"), &["read -P 0x7e 0 16M".into()]);
+    assert!(out.contains("read 16777216/16777216"), "{out}");
+    let after = c.metrics(i);
+    let local = r#"drove_gateway_reads_total{where="local"}"#;
+    let remote = r#"drove_gateway_reads_total{where="remote"}"#;
+    assert!(counter(&after, local) - counter(&before, local) >= 4.0, "{after}");
+    assert_eq!(counter(&after, remote), counter(&before, remote), "{after}");
+
+    let o = c.drove(0, &["vdi", "check", "w", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["identical"], v["objects"], "{v}");
+}
+
+/// `--home-zone` names a zone some node is in; anything else is refused, clearly.
+#[test]
+fn test_home_zone_given_at_create_must_exist() {
+    let c = Cluster::start(2, 2);
+    let o = c.drove(0, &["vdi", "create", "x", "16M", "--home-zone", "mars"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("No node is in zone 'mars'"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+    let zone = c.nodes[1].zone.clone();
+    let o = c.drove(0, &["vdi", "create", "x", "16M", "--home-zone", &zone, "--copies", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(info(&c, "x")["info"]["home_zone"].as_str(), Some(zone.as_str()));
+    let o = c.drove(0, &["vdi", "info", "x"]);
+    assert!(text(&o).contains(&format!("home zone:   {zone}")), "{}", text(&o));
+}
