@@ -6,12 +6,12 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// How many object data files of VDI `id` each node stores (`DIR/objects/<id %08x>/`).
+/// How many object data files of VDI `id` each node stores (`DIR/store/objects/<id %08x>/`).
 fn objects_per_node(c: &Cluster, id: u64) -> BTreeMap<u64, usize> {
     c.nodes
         .iter()
         .map(|n| {
-            let dir = Path::new(&n.data).join(format!("objects/{id:08x}"));
+            let dir = Path::new(&n.data).join(format!("store/objects/{id:08x}"));
             let mut count = 0;
             if let Ok(groups) = std::fs::read_dir(&dir) {
                 for g in groups.flatten() {
@@ -51,20 +51,24 @@ fn test_the_first_writers_zone_becomes_home_and_holds_two_copies() {
     }
     let c = Cluster::start(4, 2);
     c.create_vdi("w", "64M", &["--copies", "3"]);
-    assert_eq!(info(&c, "w")["info"]["home_zone"], Value::Null);
+    assert_eq!(info(&c, "w")["home_zone"], Value::Null);
     let writer = c.nodes[1].clone();
     let out = qemu_io(&writer.uri("w"), &["write -P 0x7e 0 16M".into()]);
     assert!(out.contains("wrote 16777216/16777216"), "{out}");
     let v = info(&c, "w");
-    assert_eq!(v["info"]["home_zone"].as_str(), Some(writer.zone.as_str()), "{v}");
-    let id = v["info"]["id"].as_u64().unwrap();
+    assert_eq!(v["home_zone"].as_str(), Some(writer.zone.as_str()), "{v}");
+    let id = v["id"].as_u64().unwrap();
 
     let held = objects_per_node(&c, id);
     let (home, away): (Vec<&Node>, Vec<&Node>) =
         c.nodes.iter().partition(|n| n.zone == writer.zone);
     assert_eq!(home.len(), 2);
     for n in &home {
-        assert_eq!(held[&n.id], 4, "home node {} holds every object: {held:?}", n.id);
+        assert_eq!(
+            held[&n.id], 4,
+            "home node {} holds every object: {held:?}",
+            n.id
+        );
     }
     let elsewhere: usize = away.iter().map(|n| held[&n.id]).sum();
     assert_eq!(elsewhere, 4, "one copy of each object outside: {held:?}");
@@ -78,7 +82,10 @@ fn test_the_first_writers_zone_becomes_home_and_holds_two_copies() {
     let after = c.metrics(i);
     let local = r#"drove_gateway_reads_total{where="local"}"#;
     let remote = r#"drove_gateway_reads_total{where="remote"}"#;
-    assert!(counter(&after, local) - counter(&before, local) >= 4.0, "{after}");
+    assert!(
+        counter(&after, local) - counter(&before, local) >= 4.0,
+        "{after}"
+    );
     assert_eq!(counter(&after, remote), counter(&before, remote), "{after}");
 
     let o = c.drove(0, &["vdi", "check", "w", "--json"]);
@@ -96,9 +103,25 @@ fn test_home_zone_given_at_create_must_exist() {
     assert!(t.contains("No node is in zone 'mars'"), "{t}");
     assert!(!t.contains("panicked"), "{t}");
     let zone = c.nodes[1].zone.clone();
-    let o = c.drove(0, &["vdi", "create", "x", "16M", "--home-zone", &zone, "--copies", "2"]);
+    let o = c.drove(
+        0,
+        &[
+            "vdi",
+            "create",
+            "x",
+            "16M",
+            "--home-zone",
+            &zone,
+            "--copies",
+            "2",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(info(&c, "x")["info"]["home_zone"].as_str(), Some(zone.as_str()));
+    assert_eq!(info(&c, "x")["home_zone"].as_str(), Some(zone.as_str()));
     let o = c.drove(0, &["vdi", "info", "x"]);
-    assert!(text(&o).contains(&format!("home zone:   {zone}")), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("home zone:   {zone}")),
+        "{}",
+        text(&o)
+    );
 }

@@ -486,7 +486,7 @@ impl MetaState {
                 home_copies,
             } => {
                 let home = (home_zone.clone(), *home_copies);
-                self.create_vdi(name, *size, *copies, *mode, *object_size, *created, home)
+                self.create_vdi(name, (*size, *object_size), *copies, *mode, *created, home)
             }
             Command::DeleteVdi { name, force } => {
                 let Some(vdi) = self.vdis.get(name) else {
@@ -762,10 +762,9 @@ impl MetaState {
     fn create_vdi(
         &mut self,
         name: &str,
-        size: u64,
+        (size, object_size): (u64, u32),
         copies: Option<u8>,
         mode: ReplicationMode,
-        object_size: u32,
         created: u64,
         (home_zone, home_copies): (Option<String>, Option<u8>),
     ) -> ApplyResult {
