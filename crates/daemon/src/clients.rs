@@ -36,14 +36,8 @@ pub(crate) async fn all_clients(
 /// do not answer are listed as such.
 pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
     let me = a.meta.node_id();
-    let state = a.meta.state();
-    let others: Vec<(NodeId, String)> = state
-        .map
-        .nodes
-        .values()
-        .filter(|n| n.id != me && n.state == NodeState::Up)
-        .map(|n| (n.id, n.admin_addr.clone()))
-        .collect();
+    let mut others = up_admins(a);
+    others.retain(|(id, _)| *id != me);
     let http = &a.http;
     let asks = others.into_iter().map(|(id, addr)| async move {
         let url = format!("http://{addr}/api/local/vdis/{}/clients", encode(name));
@@ -85,6 +79,18 @@ pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
     out.clients
         .sort_by(|x, y| (x.node, &x.client).cmp(&(y.node, &y.client)));
     out
+}
+
+/// The up nodes of this node's map and their admin addresses.
+fn up_admins(a: &Admin) -> Vec<(NodeId, String)> {
+    a.meta
+        .state()
+        .map
+        .nodes
+        .values()
+        .filter(|n| n.state == NodeState::Up)
+        .map(|n| (n.id, n.admin_addr.clone()))
+        .collect()
 }
 
 /// Percent-encode a VDI name for a URL path (names are checked to be plain, but a
@@ -157,14 +163,7 @@ fn dropped_here(a: &Admin, name: &str, id: drove_types::VdiId) -> bool {
 /// the old disk any more. Returns the nodes that had not confirmed in time.
 pub(crate) async fn await_dropped(a: &Admin, name: &str, id: drove_types::VdiId) -> Vec<NodeId> {
     let deadline = tokio::time::Instant::now() + DROP_PATIENCE;
-    let state = a.meta.state();
-    let mut pending: Vec<(NodeId, String)> = state
-        .map
-        .nodes
-        .values()
-        .filter(|n| n.state == NodeState::Up)
-        .map(|n| (n.id, n.admin_addr.clone()))
-        .collect();
+    let mut pending = up_admins(a);
     let me = a.meta.node_id();
     loop {
         let http = &a.http;

@@ -39,7 +39,7 @@ const WATCH_EVERY: Duration = Duration::from_millis(50);
 
 /// How long requests to a peer given up as silent fail at once while the map still
 /// shows it up (the gateway has it marked down meanwhile).
-const SILENT_FAIL_FAST: Duration = Duration::from_secs(10);
+pub(crate) const SILENT_FAIL_FAST: Duration = Duration::from_secs(10);
 
 /// How often an idle connection in use is pinged to keep its round trip measured.
 const PING_EVERY: Duration = Duration::from_secs(1);

@@ -6,7 +6,6 @@ use drove_proto::{ObjDigest, PeerReq, PeerResp, MAX_OIDS};
 use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjVersion, ObjectId, Result, VdiInfo};
 use futures::future::join_all;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
 use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::catalog::CatalogCell;
@@ -469,7 +468,7 @@ pub async fn apply_and_forward(
     let answer = local?;
     for (&node, r) in forward.iter().zip(remote) {
         if let Err(e) = r {
-            let silent = pool.silent_within(node, Duration::from_secs(10));
+            let silent = pool.silent_within(node, crate::client::SILENT_FAIL_FAST);
             let resp = PeerResp::ForwardFailed {
                 node,
                 silent,
