@@ -829,6 +829,9 @@ impl MetaState {
             ephemeral: false,
             home_zone,
             home_copies,
+            policy: Default::default(),
+            max_lag_ms: None,
+            max_lag_bytes: None,
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());

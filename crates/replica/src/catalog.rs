@@ -160,6 +160,9 @@ mod tests {
             ephemeral: false,
             home_zone: None,
             home_copies: None,
+            policy: Default::default(),
+            max_lag_ms: None,
+            max_lag_bytes: None,
         }
     }
 

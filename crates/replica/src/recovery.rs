@@ -817,6 +817,9 @@ mod tests {
             ephemeral: false,
             home_zone: None,
             home_copies: None,
+            policy: Default::default(),
+            max_lag_ms: None,
+            max_lag_bytes: None,
         };
         // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
         // the third node takes its place. Epoch 3: that holder is removed.

@@ -15,7 +15,10 @@ pub use error::{Error, ErrorKind, Result};
 pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
 pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use size::{format_size, parse_size};
-pub use vdi::{validate_name, ReplicationMode, VdiInfo, DEFAULT_OBJECT_SIZE, MAX_COPIES};
+pub use vdi::{
+    validate_max_lag, validate_name, ReplicationMode, VdiInfo, WritePolicy, DEFAULT_MAX_LAG_BYTES,
+    DEFAULT_MAX_LAG_MS, DEFAULT_OBJECT_SIZE, MAX_COPIES,
+};
 
 /// Size of a checksummed block inside an object, in bytes.
 pub const BLOCK_SIZE: u64 = 4096;

@@ -42,6 +42,71 @@ impl FromStr for ReplicationMode {
     }
 }
 
+/// When a write is acknowledged, for a VDI with a home zone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WritePolicy {
+    /// Every copy has the write before it is acknowledged.
+    #[default]
+    Sync,
+    /// The copies in the home zone have it; the others are fed asynchronously, in
+    /// write order per object, with a bounded lag ([`VdiInfo::max_lag`]).
+    ZoneSync,
+}
+
+impl fmt::Display for WritePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WritePolicy::Sync => "sync",
+            WritePolicy::ZoneSync => "zone-sync",
+        })
+    }
+}
+
+impl FromStr for WritePolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sync" => Ok(WritePolicy::Sync),
+            "zone-sync" => Ok(WritePolicy::ZoneSync),
+            _ => Err(Error::invalid(format!(
+                "Unknown write policy '{s}': use sync or zone-sync"
+            ))),
+        }
+    }
+}
+
+/// Default bound on a zone-sync VDI's lag in time: 5 s.
+pub const DEFAULT_MAX_LAG_MS: u32 = 5_000;
+/// Default bound on a zone-sync VDI's lag in bytes: 256 MiB.
+pub const DEFAULT_MAX_LAG_BYTES: u64 = 256 << 20;
+/// Largest lag bound in time a VDI may set: 10 minutes.
+pub const MAX_LAG_MS_LIMIT: u32 = 600_000;
+/// Largest lag bound in bytes a VDI may set: 16 GiB (it is held in the writer's
+/// memory).
+pub const MAX_LAG_BYTES_LIMIT: u64 = 16 << 30;
+
+/// Check lag bounds a request asks for: 1 ms..=10 min and 1 MiB..=16 GiB.
+pub fn validate_max_lag(ms: Option<u32>, bytes: Option<u64>) -> Result<()> {
+    if let Some(ms) = ms {
+        if ms == 0 || ms > MAX_LAG_MS_LIMIT {
+            return Err(Error::invalid(format!(
+                "Bad lag bound {ms} ms: use 1 ms to {} s",
+                MAX_LAG_MS_LIMIT / 1000
+            )));
+        }
+    }
+    if let Some(b) = bytes {
+        if !(1 << 20..=MAX_LAG_BYTES_LIMIT).contains(&b) {
+            return Err(Error::invalid(format!(
+                "Bad lag bound {b} bytes: use 1 MiB to {} GiB",
+                MAX_LAG_BYTES_LIMIT >> 30
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A virtual disk image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdiInfo {
@@ -83,6 +148,16 @@ pub struct VdiInfo {
     /// zone has fewer up nodes.
     #[serde(default)]
     pub home_copies: Option<u8>,
+    /// When writes are acknowledged: `sync` (every copy) or `zone-sync` (the
+    /// home-zone copies; the others follow within the lag bound).
+    #[serde(default)]
+    pub policy: WritePolicy,
+    /// Zone-sync lag bound in milliseconds; `None` means [`DEFAULT_MAX_LAG_MS`].
+    #[serde(default)]
+    pub max_lag_ms: Option<u32>,
+    /// Zone-sync lag bound in bytes; `None` means [`DEFAULT_MAX_LAG_BYTES`].
+    #[serde(default)]
+    pub max_lag_bytes: Option<u64>,
 }
 
 impl VdiInfo {
@@ -92,6 +167,22 @@ impl VdiInfo {
         self.min_copies
             .unwrap_or(self.copies.saturating_sub(1).max(1))
             .clamp(1, self.copies.max(1))
+    }
+
+    /// The zone-sync lag bounds: (time, bytes). At the bound, writers wait.
+    pub fn max_lag(&self) -> (std::time::Duration, u64) {
+        (
+            std::time::Duration::from_millis(u64::from(
+                self.max_lag_ms.unwrap_or(DEFAULT_MAX_LAG_MS),
+            )),
+            self.max_lag_bytes.unwrap_or(DEFAULT_MAX_LAG_BYTES),
+        )
+    }
+
+    /// Whether writes are acknowledged by the home-zone copies alone (zone-sync with
+    /// a home zone; a VDI without one writes every copy synchronously).
+    pub fn zone_sync(&self) -> bool {
+        self.policy == WritePolicy::ZoneSync && self.home_zone.is_some()
     }
 
     /// Number of objects that cover the VDI.

@@ -57,6 +57,9 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         ephemeral: false,
         home_zone: None,
         home_copies: None,
+        policy: Default::default(),
+        max_lag_ms: None,
+        max_lag_bytes: None,
     };
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),

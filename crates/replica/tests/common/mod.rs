@@ -130,6 +130,9 @@ pub fn vdi(mode: ReplicationMode) -> VdiInfo {
         ephemeral: false,
         home_zone: None,
         home_copies: None,
+        policy: Default::default(),
+        max_lag_ms: None,
+        max_lag_bytes: None,
     }
 }
 
