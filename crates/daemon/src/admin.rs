@@ -97,10 +97,12 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
         .merge(crate::lineage::router())
+        .merge(crate::wan::router())
         .with_state(admin)
 }
 
 async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
+    crate::wan::publish(&a);
     (
         [(
             axum::http::header::CONTENT_TYPE,

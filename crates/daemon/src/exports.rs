@@ -187,6 +187,11 @@ impl VdiExports {
             .collect()
     }
 
+    /// The gateway every volume of this node writes through.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
     /// The open volume of `name`, if a client attached it here.
     pub fn volume(&self, name: &str) -> Option<Arc<Volume>> {
         self.volumes.lock().get(name).cloned()

@@ -19,6 +19,7 @@ mod lineage;
 mod locks;
 mod node;
 mod settle;
+pub mod wan;
 mod watch;
 
 pub use config::NodeConfig;

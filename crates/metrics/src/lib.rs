@@ -13,6 +13,9 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+mod wan;
+pub use wan::WanMetrics;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: String,
@@ -96,6 +99,7 @@ pub struct Metrics {
     reads: Family<WhereLabels, Counter>,
     hedged_reads: Counter,
     hedge_wins: Counter,
+    wan: WanMetrics,
 }
 
 /// Where the replica that served a read sits, seen from the gateway.
@@ -173,6 +177,7 @@ impl Metrics {
             "Hedged reads served by the hedge rather than by the first replica",
             hedge_wins.clone(),
         );
+        let wan = WanMetrics::register(&mut registry);
         Arc::new(Metrics {
             registry,
             nbd,
@@ -186,6 +191,7 @@ impl Metrics {
             reads,
             hedged_reads,
             hedge_wins,
+            wan,
         })
     }
 
@@ -268,6 +274,11 @@ impl Metrics {
     /// Count a hedged read whose answer came from the hedge.
     pub fn gateway_hedge_win(&self) {
         self.hedge_wins.inc();
+    }
+
+    /// The WAN-mode metrics.
+    pub fn wan(&self) -> &WanMetrics {
+        &self.wan
     }
 
     /// The Prometheus text exposition of every metric.

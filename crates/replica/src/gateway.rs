@@ -34,7 +34,13 @@ use std::time::Duration;
 
 use crate::local::LocalStore;
 use crate::ranges::RangeLocks;
+use crate::ship::{Lanes, Op};
 use crate::{MapCell, PeerPool};
+
+#[path = "zoned.rs"]
+mod zoned;
+pub use crate::ship::Lag;
+pub(crate) use zoned::again;
 
 /// Coordinates the replicas of the objects of the VDIs this node serves.
 pub struct Gateway {
@@ -45,6 +51,10 @@ pub struct Gateway {
     locks: RangeLocks,
     metrics: Arc<Metrics>,
     membership: std::sync::OnceLock<Arc<dyn Membership>>,
+    /// Zone-sync: the writes the copies outside the home zone are still owed.
+    lanes: Lanes,
+    /// This gateway, for the lane workers it starts.
+    this: std::sync::Weak<Gateway>,
 }
 
 /// How a gateway tells the cluster that replicas failed a write it is about to
@@ -69,7 +79,7 @@ impl Gateway {
         map: Arc<MapCell>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        Arc::new(Gateway {
+        Arc::new_cyclic(|this| Gateway {
             me,
             local,
             pool,
@@ -77,6 +87,8 @@ impl Gateway {
             locks: RangeLocks::default(),
             metrics,
             membership: std::sync::OnceLock::new(),
+            lanes: Lanes::default(),
+            this: this.clone(),
         })
     }
 
@@ -261,15 +273,8 @@ impl Gateway {
         generation: u64,
     ) -> Result<()> {
         let _order = self.locks.lock(oid, offset, data.len() as u64).await;
-        self.fan_out(vdi, oid, data, |epoch, forward| PeerReq::Write {
-            oid,
-            offset,
-            fua,
-            epoch,
-            generation,
-            forward,
-        })
-        .await
+        let op = Op::Write { offset, data };
+        self.fan_out(vdi, oid, op, fua, generation).await
     }
 
     /// Make `[offset, offset+len)` of `oid` read as zeros on every replica, under
@@ -284,18 +289,8 @@ impl Gateway {
         generation: u64,
     ) -> Result<()> {
         let _order = self.locks.lock(oid, offset, len).await;
-        self.fan_out(vdi, oid, Bytes::new(), |epoch, forward| {
-            PeerReq::WriteZeroes {
-                oid,
-                offset,
-                len,
-                fua,
-                epoch,
-                generation,
-                forward,
-            }
-        })
-        .await
+        let op = Op::Zeroes { offset, len };
+        self.fan_out(vdi, oid, op, fua, generation).await
     }
 
     /// Replace `oid` by `data` on every replica, atomically on each (a clone's
@@ -308,25 +303,33 @@ impl Gateway {
         generation: u64,
     ) -> Result<()> {
         let _order = self.locks.lock(oid, 0, u64::from(vdi.object_size)).await;
-        self.fan_out(vdi, oid, data, |epoch, forward| PeerReq::Create {
-            oid,
-            epoch,
-            generation,
-            forward,
-        })
-        .await
+        self.fan_out(vdi, oid, Op::Create { data }, false, generation)
+            .await
     }
 
     /// Send a write to the replicas of `oid` on the current map. A replica past
     /// this map's epoch makes the whole write go again on the newer map (writes are
-    /// idempotent, and the range lock keeps overlapping ones in order).
+    /// idempotent, and the range lock keeps overlapping ones in order). A zone-sync
+    /// VDI's write (or any write of a VDI whose lane still has writes to ship) goes
+    /// by [`Gateway::fan_out_zoned`].
     async fn fan_out(
         &self,
         vdi: &VdiInfo,
         oid: ObjectId,
-        payload: Bytes,
-        make: impl Fn(Epoch, Vec<NodeId>) -> PeerReq,
+        op: Op,
+        fua: bool,
+        generation: u64,
     ) -> Result<()> {
+        let payload = op.payload();
+        self.metrics.wan().written(match &op {
+            Op::Zeroes { len, .. } => *len,
+            _ => payload.len() as u64,
+        });
+        let lagging = self.lanes.get(vdi.id).is_some_and(|l| l.pending());
+        if vdi.zone_sync() || lagging {
+            return self.fan_out_zoned(vdi, oid, op, fua, generation).await;
+        }
+        let make = |epoch, forward| op.request(oid, fua, generation, epoch, forward);
         let mut primary_failed = false;
         loop {
             let map = self.map.get();
@@ -351,10 +354,7 @@ impl Gateway {
                     }
                 }
             } else {
-                let sends = replicas
-                    .iter()
-                    .map(|&n| self.send(n, make(map.epoch, Vec::new()), payload.clone()));
-                let results = join_all(sends).await;
+                let results = self.send_by_zone(&map, &replicas, &make, &payload).await;
                 self.settle(vdi, &replicas, results).await
             };
             match res {
@@ -388,20 +388,42 @@ impl Gateway {
     /// marked down when every object still reached `min_copies` replicas. A replica
     /// past this gateway's map makes the whole flush go again on the newer map (the
     /// objects' replicas may have moved).
+    /// For a zone-sync VDI that is the home-zone replicas (the others are made
+    /// durable by [`Gateway::drain`]); a VDI that stopped being zone-sync first has
+    /// its lane drained.
     pub async fn flush(&self, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<()> {
+        if !vdi.zone_sync() && self.lanes.get(vdi.id).is_some_and(|l| l.pending()) {
+            self.drain(vdi).await?;
+        }
+        self.flush_where(vdi, oids, zoned::Reach::Acked).await
+    }
+
+    /// fsync `oids` on the replicas `reach` picks of each.
+    async fn flush_where(
+        &self,
+        vdi: &VdiInfo,
+        oids: &[ObjectId],
+        reach: zoned::Reach,
+    ) -> Result<()> {
         loop {
             let map = self.map.get();
-            match self.flush_on(&map, vdi, oids).await {
+            match self.flush_on(&map, vdi, oids, reach).await {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
                 other => return other,
             }
         }
     }
 
-    async fn flush_on(&self, map: &ClusterMap, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<()> {
+    async fn flush_on(
+        &self,
+        map: &ClusterMap,
+        vdi: &VdiInfo,
+        oids: &[ObjectId],
+        reach: zoned::Reach,
+    ) -> Result<()> {
         let mut by_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for &oid in oids {
-            for node in self.replicas_on(map, vdi, oid)? {
+            for node in reach.pick(map, vdi, self.replicas_on(map, vdi, oid)?) {
                 by_node.entry(node).or_default().push(oid);
             }
         }

@@ -12,6 +12,14 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 const CHUNK: u64 = 64 << 10;
 const STRIPES: usize = 4096;
 
+/// The first and last chunk `[offset, offset+len)` touches (one chunk when empty).
+pub(crate) fn chunk_span(offset: u64, len: u64) -> (u64, u64) {
+    (
+        offset / CHUNK,
+        offset.saturating_add(len.max(1) - 1) / CHUNK,
+    )
+}
+
 /// A table of striped locks.
 pub struct RangeLocks {
     stripes: Vec<Arc<Mutex<()>>>,
@@ -41,8 +49,7 @@ impl RangeLocks {
 
     /// Wait until no other write holds any chunk of `[offset, offset+len)` in `oid`.
     pub async fn lock(&self, oid: ObjectId, offset: u64, len: u64) -> RangeGuard {
-        let first = offset / CHUNK;
-        let last = (offset + len.max(1) - 1) / CHUNK;
+        let (first, last) = chunk_span(offset, len);
         let mut idx: Vec<usize> = (first..=last).map(|c| Self::stripe(oid, c)).collect();
         idx.sort_unstable();
         idx.dedup();

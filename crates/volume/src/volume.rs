@@ -96,7 +96,9 @@ impl Volume {
     }
 
     async fn release_if_idle(&self) {
-        if let Err(e) = self.flush().await {
+        // The copies in other zones get every write before the lock goes: a next
+        // writer's lock generation would fence what is still queued here.
+        if let Err(e) = self.sync().await {
             tracing::warn!(vdi = %self.info().name, "flush at detach failed: {e}");
         }
         if self.attached.load(Ordering::SeqCst) != 0 {
@@ -118,7 +120,7 @@ impl Volume {
     pub async fn hand_over(&self, to: &str) -> Result<()> {
         let info = self.info();
         if let Some(g) = self.lock.retire_for_handover(&info, to).await {
-            self.flush().await?;
+            self.sync().await?;
             self.locks.release(&info, g).await?;
             tracing::info!(vdi = %info.name, %to, "lock handed over");
         }
@@ -185,7 +187,7 @@ impl Volume {
         Fut: std::future::Future<Output = Result<(VdiInfo, Vec<VdiInfo>)>>,
     {
         let _paused = self.lock.pause().await;
-        self.flush().await?;
+        self.sync().await?;
         let (info, parents) = propose().await?;
         self.set_info(info.clone(), parents);
         Ok(info)
@@ -508,6 +510,21 @@ impl Volume {
             self.dirty.lock().extend(oids);
         }
         res
+    }
+
+    /// Flush, then wait until the copies outside the home zone have every write
+    /// acknowledged so far and have made it durable (zone-sync; for `sync` VDIs a
+    /// flush). Returns the lag left behind by writes that came in meanwhile.
+    pub async fn sync(&self) -> Result<drove_replica::Lag> {
+        self.flush().await?;
+        let info = self.info();
+        self.gateway.drain(&info).await?;
+        Ok(self.gateway.lag(info.id))
+    }
+
+    /// The VDI's zone-sync lag on this node (zero where it is not written).
+    pub fn lag(&self) -> drove_replica::Lag {
+        self.gateway.lag(self.info().id)
     }
 
     /// Allocation of `[offset, offset+len)`, object by object: an object never

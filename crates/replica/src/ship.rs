@@ -1,0 +1,518 @@
+//! The zone-sync shipper's queues: for each VDI, the writes its home-zone copies
+//! acknowledged and the copies in other zones do not have yet (the *lag*).
+//!
+//! - Order. Writes are shipped in the order they were acknowledged wherever order
+//!   matters: an entry starts only when no earlier entry of the same object that
+//!   touches the same 64 KiB chunks ([`crate::ranges::chunk_span`], the gateway's own
+//!   ordering unit) is queued or in flight. Entries that do not overlap go in parallel
+//!   (up to [`MAX_FLYING`]), and a write that continues the previous queued write of
+//!   its object is merged into it (up to [`MERGE_MAX`]), so a sequential stream
+//!   crosses the WAN in large requests rather than one round trip per 4 KiB.
+//! - Bound. A writer is admitted while the lag stays within the VDI's bound: bytes
+//!   queued or in flight at most `max_lag_bytes`, and in time, the oldest entry
+//!   younger than half of `max_lag` *and* the bytes waiting shippable in half of
+//!   `max_lag` at the rate the lane has been shipping. Half, so that what is admitted
+//!   at the edge still arrives within the bound. Until a rate is measured a lane takes
+//!   [`FIRST_ALLOWANCE`]. A writer at the bound waits (it is slowed, never dropped).
+//! - Nothing here talks to the network: the gateway's lane worker takes batches with
+//!   [`Lane::take`], ships them and reports with [`Lane::finish`].
+use bytes::{Bytes, BytesMut};
+use drove_proto::PeerReq;
+use drove_types::{Epoch, NodeId, ObjectId, Result, VdiInfo};
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, Notify};
+
+use crate::ranges::chunk_span;
+
+/// Entries of one lane in flight at once.
+pub(crate) const MAX_FLYING: usize = 128;
+/// The largest merged write: 1 MiB.
+pub(crate) const MERGE_MAX: usize = 1 << 20;
+/// Bytes a lane admits before it has measured how fast it ships.
+pub(crate) const FIRST_ALLOWANCE: u64 = 1 << 20;
+/// Entries of a queue looked at for one batch (the queue may hold many thousand).
+const SCAN: usize = 1024;
+/// A lane's shipping rate is sampled over windows at least this long.
+const RATE_WINDOW: Duration = Duration::from_millis(200);
+/// What an entry costs the lag besides its payload (a zeroing has none).
+const ENTRY_OVERHEAD: u64 = 64;
+
+/// A write as the copies outside the home zone receive it.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// Bytes at an offset.
+    Write {
+        /// Offset in the object.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// Zeros over a range.
+    Zeroes {
+        /// Offset in the object.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The whole object replaced (a clone's copy-up).
+    Create {
+        /// Its new content.
+        data: Bytes,
+    },
+}
+
+impl Op {
+    /// The byte range of the object it changes.
+    fn range(&self) -> (u64, u64) {
+        match self {
+            Op::Write { offset, data } => (*offset, data.len() as u64),
+            Op::Zeroes { offset, len } => (*offset, *len),
+            Op::Create { .. } => (0, u64::MAX / 2),
+        }
+    }
+
+    /// Its payload.
+    pub(crate) fn payload(&self) -> Bytes {
+        match self {
+            Op::Write { data, .. } | Op::Create { data } => data.clone(),
+            Op::Zeroes { .. } => Bytes::new(),
+        }
+    }
+
+    /// What it weighs in the lag.
+    fn weight(&self) -> u64 {
+        self.payload().len() as u64 + ENTRY_OVERHEAD
+    }
+
+    /// The peer request for it, under lock `generation`, on a map of `epoch`.
+    pub(crate) fn request(
+        &self,
+        oid: ObjectId,
+        fua: bool,
+        generation: u64,
+        epoch: Epoch,
+        forward: Vec<NodeId>,
+    ) -> PeerReq {
+        match self {
+            Op::Write { offset, .. } => PeerReq::Write {
+                oid,
+                offset: *offset,
+                fua,
+                epoch,
+                generation,
+                forward,
+            },
+            Op::Zeroes { offset, len } => PeerReq::WriteZeroes {
+                oid,
+                offset: *offset,
+                len: *len,
+                fua,
+                epoch,
+                generation,
+                forward,
+            },
+            Op::Create { .. } => PeerReq::Create {
+                oid,
+                epoch,
+                generation,
+                forward,
+            },
+        }
+    }
+}
+
+/// One write waiting for (or on its way to) the copies outside the home zone.
+pub(crate) struct Entry {
+    /// The object.
+    pub oid: ObjectId,
+    /// The VDI record it was written under (its placement decides the copies).
+    pub vdi: Arc<VdiInfo>,
+    /// The write.
+    pub op: Op,
+    /// The lock generation it was written under.
+    pub generation: u64,
+    /// How many home-zone copies acknowledged it (they count towards `min_copies`
+    /// when a copy elsewhere fails).
+    pub near_applied: usize,
+    seq: u64,
+    at: Instant,
+    weight: u64,
+    done: Vec<oneshot::Sender<Result<()>>>,
+}
+
+impl Entry {
+    /// Tell whoever waits for this entry how its shipping ended.
+    pub(crate) fn complete(&mut self, res: &Result<()>) {
+        for tx in self.done.drain(..) {
+            let r = match res {
+                Ok(()) => Ok(()),
+                Err(e) => Err(crate::gateway::again(e)),
+            };
+            let _ = tx.send(r);
+        }
+    }
+}
+
+/// The lag of one VDI.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lag {
+    /// Bytes acknowledged and not yet on every copy outside the home zone.
+    pub bytes: u64,
+    /// Writes (entries) not yet shipped.
+    pub writes: u64,
+    /// Age of the oldest of them, in seconds (0 when none).
+    pub seconds: f64,
+}
+
+/// An entry in flight, as the lane keeps it: its sequence number, object, chunk
+/// span and when it was queued.
+struct Flying {
+    seq: u64,
+    oid: ObjectId,
+    span: (u64, u64),
+    at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Entry>,
+    flying: Vec<Flying>,
+    bytes: u64,
+    next_seq: u64,
+    /// A worker is running for this lane.
+    running: bool,
+    /// Objects shipped since the last flush of the far copies.
+    shipped: BTreeSet<ObjectId>,
+    /// Shipping rate, bytes per second (smoothed), once measured.
+    rate: Option<f64>,
+    window: Option<(Instant, u64)>,
+}
+
+/// The queue of one VDI.
+#[derive(Default)]
+pub(crate) struct Lane {
+    st: Mutex<State>,
+    moved: Notify,
+}
+
+/// Whether an entry with chunk span `span` of `oid` conflicts with any of `held`.
+fn overlaps(held: &[(ObjectId, (u64, u64))], oid: ObjectId, span: (u64, u64)) -> bool {
+    held.iter()
+        .any(|&(o, (a, b))| o == oid && a <= span.1 && span.0 <= b)
+}
+
+fn span_of(op: &Op) -> (u64, u64) {
+    let (offset, len) = op.range();
+    chunk_span(offset, len)
+}
+
+impl State {
+    fn oldest(&self) -> Option<Instant> {
+        let q = self.queue.iter().map(|e| e.at).min();
+        let f = self.flying.iter().map(|f| f.at).min();
+        q.into_iter().chain(f).min()
+    }
+
+    fn lag(&self, now: Instant) -> Lag {
+        Lag {
+            bytes: self.bytes,
+            writes: (self.queue.len() + self.flying.len()) as u64,
+            seconds: self
+                .oldest()
+                .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64()),
+        }
+    }
+
+    /// Whether a write of `weight` may join the lag now.
+    fn admits(&self, weight: u64, bound: (Duration, u64), now: Instant) -> bool {
+        if self.queue.is_empty() && self.flying.is_empty() {
+            return true;
+        }
+        let (time, bytes) = bound;
+        let half = time.as_secs_f64() / 2.0;
+        if self.bytes + weight > bytes {
+            return false;
+        }
+        if self
+            .oldest()
+            .is_some_and(|t| now.saturating_duration_since(t).as_secs_f64() >= half)
+        {
+            return false;
+        }
+        match self.rate {
+            Some(r) => (self.bytes + weight) as f64 <= r * half,
+            None => self.bytes + weight <= FIRST_ALLOWANCE,
+        }
+    }
+
+    fn sample_rate(&mut self, shipped: u64, now: Instant) {
+        let (start, sum) = self.window.get_or_insert((now, 0));
+        *sum += shipped;
+        let elapsed = now.saturating_duration_since(*start);
+        if elapsed >= RATE_WINDOW {
+            let sample = *sum as f64 / elapsed.as_secs_f64();
+            self.rate = Some(self.rate.map_or(sample, |r| 0.7 * r + 0.3 * sample));
+            self.window = Some((now, 0));
+        }
+    }
+}
+
+impl Lane {
+    /// The lag now.
+    pub(crate) fn lag(&self) -> Lag {
+        self.st.lock().lag(Instant::now())
+    }
+
+    /// Whether anything is queued or in flight.
+    pub(crate) fn pending(&self) -> bool {
+        let st = self.st.lock();
+        !st.queue.is_empty() || !st.flying.is_empty()
+    }
+
+    /// The sequence number the next entry gets: everything below it was queued
+    /// before now.
+    pub(crate) fn mark(&self) -> u64 {
+        self.st.lock().next_seq
+    }
+
+    /// Whether every entry queued before `mark` was shipped (or given up).
+    pub(crate) fn passed(&self, mark: u64) -> bool {
+        let st = self.st.lock();
+        st.queue.iter().all(|e| e.seq >= mark) && st.flying.iter().all(|f| f.seq >= mark)
+    }
+
+    /// Wait until something moves in this lane (an entry done), or `at_most`.
+    pub(crate) async fn moved(&self, at_most: Duration) {
+        let _ = tokio::time::timeout(at_most, self.moved.notified()).await;
+    }
+
+    /// Queue a write, waiting while the lag is at the VDI's bound unless `wait_done`
+    /// (the writer waits for the shipping itself, so it adds nothing to the lag that
+    /// is not waited for). Returns the entry's completion when `wait_done`, and
+    /// whether a worker must be started for the lane.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn push(
+        &self,
+        vdi: Arc<VdiInfo>,
+        oid: ObjectId,
+        op: Op,
+        generation: u64,
+        near_applied: usize,
+        wait_done: bool,
+        on_wait: impl Fn(),
+    ) -> (Option<oneshot::Receiver<Result<()>>>, bool) {
+        let weight = op.weight();
+        let bound = vdi.max_lag();
+        let mut waited = false;
+        loop {
+            let moved = self.moved.notified();
+            {
+                let mut st = self.st.lock();
+                let now = Instant::now();
+                if wait_done || st.admits(weight, bound, now) {
+                    let (rx, done) = if wait_done {
+                        let (tx, rx) = oneshot::channel();
+                        (Some(rx), vec![tx])
+                    } else {
+                        (None, Vec::new())
+                    };
+                    let seq = st.next_seq;
+                    st.next_seq += 1;
+                    if st.queue.is_empty() && st.flying.is_empty() {
+                        st.window = None;
+                    }
+                    st.bytes += weight;
+                    st.queue.push_back(Entry {
+                        oid,
+                        vdi,
+                        op,
+                        generation,
+                        near_applied,
+                        seq,
+                        at: now,
+                        weight,
+                        done,
+                    });
+                    let start = !st.running;
+                    st.running = true;
+                    return (rx, start);
+                }
+            }
+            if !waited {
+                waited = true;
+                on_wait();
+            }
+            // Time alone can open the bound (the oldest entry shipped, a rate
+            // measured): look again at least every 20 ms.
+            let _ = tokio::time::timeout(Duration::from_millis(20), moved).await;
+        }
+    }
+
+    /// The next entries to ship, at most `room`: each is the first queued write of
+    /// its chunks, with the writes that directly continue it merged in. `None` when
+    /// nothing is queued or in flight: the worker stops (and the lane is marked
+    /// idle, so the next push starts one).
+    pub(crate) fn take(&self, room: usize) -> Option<Vec<Entry>> {
+        let mut guard = self.st.lock();
+        let st = &mut *guard;
+        if st.queue.is_empty() && st.flying.is_empty() {
+            st.running = false;
+            return None;
+        }
+        let mut held: Vec<(ObjectId, (u64, u64))> =
+            st.flying.iter().map(|f| (f.oid, f.span)).collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        let mut looked = 0;
+        while i < st.queue.len() && out.len() < room && looked < SCAN {
+            looked += 1;
+            let e = &st.queue[i];
+            let span = span_of(&e.op);
+            if overlaps(&held, e.oid, span) {
+                // Later entries of these chunks wait behind it.
+                held.push((e.oid, span));
+                i += 1;
+                continue;
+            }
+            let mut e = st.queue.remove(i).expect("index in range");
+            merge_following(&mut st.queue, i, &mut e, &held);
+            let span = span_of(&e.op);
+            held.push((e.oid, span));
+            st.flying.push(Flying {
+                seq: e.seq,
+                oid: e.oid,
+                span,
+                at: e.at,
+            });
+            out.push(e);
+        }
+        Some(out)
+    }
+
+    /// Entry `e` left the lag (shipped, or given up with `res`).
+    pub(crate) fn finish(&self, mut e: Entry, res: &Result<()>) {
+        {
+            let mut st = self.st.lock();
+            st.flying.retain(|f| f.seq != e.seq);
+            st.bytes = st.bytes.saturating_sub(e.weight);
+            if res.is_ok() {
+                st.shipped.insert(e.oid);
+                st.sample_rate(e.weight, Instant::now());
+            }
+        }
+        e.complete(res);
+        self.moved.notify_waiters();
+    }
+
+    /// The objects shipped since the last call (to flush their far copies).
+    pub(crate) fn take_shipped(&self) -> Vec<ObjectId> {
+        std::mem::take(&mut self.st.lock().shipped)
+            .into_iter()
+            .collect()
+    }
+
+    /// Put back objects whose far copies could not be flushed.
+    pub(crate) fn unflushed(&self, oids: Vec<ObjectId>) {
+        self.st.lock().shipped.extend(oids);
+    }
+}
+
+/// Merge into `e` the queued writes from index `i` on that continue it directly
+/// (same object and generation, starting where it ends), stopping at the first
+/// other entry of its object: entries of other objects in between do not matter.
+/// A write whose chunks an earlier entry still `held` (queued before `e`, or in
+/// flight) is not merged: it must wait for that one.
+fn merge_following(
+    queue: &mut VecDeque<Entry>,
+    i: usize,
+    e: &mut Entry,
+    held: &[(ObjectId, (u64, u64))],
+) {
+    let Op::Write { offset, data } = &e.op else {
+        return;
+    };
+    let (offset, mut end) = (*offset, *offset + data.len() as u64);
+    let mut parts: Vec<Bytes> = vec![data.clone()];
+    let mut size = data.len();
+    let mut j = i;
+    while j < queue.len() && j < i + SCAN {
+        let n = &queue[j];
+        if n.oid != e.oid {
+            j += 1;
+            continue;
+        }
+        let next = match &n.op {
+            Op::Write { offset: o, data: d }
+                if *o == end
+                    && n.generation == e.generation
+                    && size + d.len() <= MERGE_MAX
+                    && !overlaps(held, n.oid, span_of(&n.op)) =>
+            {
+                d.clone()
+            }
+            _ => break,
+        };
+        let mut n = queue.remove(j).expect("index in range");
+        end += next.len() as u64;
+        size += next.len();
+        parts.push(next);
+        e.weight += n.weight;
+        e.near_applied = e.near_applied.min(n.near_applied);
+        e.done.append(&mut n.done);
+        e.at = e.at.min(n.at);
+    }
+    if parts.len() > 1 {
+        let mut buf = BytesMut::with_capacity(size);
+        for p in parts {
+            buf.extend_from_slice(&p);
+        }
+        e.op = Op::Write {
+            offset,
+            data: buf.freeze(),
+        };
+    }
+}
+
+/// The lanes of a gateway, one per VDI with zone-sync writes.
+#[derive(Default)]
+pub(crate) struct Lanes {
+    lanes: Mutex<HashMap<drove_types::VdiId, Arc<Lane>>>,
+}
+
+impl Lanes {
+    /// The lane of VDI `id`, made if missing.
+    pub(crate) fn lane(&self, id: drove_types::VdiId) -> Arc<Lane> {
+        self.lanes.lock().entry(id).or_default().clone()
+    }
+
+    /// The lane of VDI `id`, if it has one.
+    pub(crate) fn get(&self, id: drove_types::VdiId) -> Option<Arc<Lane>> {
+        self.lanes.lock().get(&id).cloned()
+    }
+
+    /// Every lane's VDI and lag.
+    pub(crate) fn lags(&self) -> Vec<(drove_types::VdiId, Lag)> {
+        let lanes: Vec<_> = self
+            .lanes
+            .lock()
+            .iter()
+            .map(|(id, l)| (*id, l.clone()))
+            .collect();
+        lanes.into_iter().map(|(id, l)| (id, l.lag())).collect()
+    }
+
+    /// Forget the lane of VDI `id` when it is empty (the VDI left this node).
+    pub(crate) fn forget_idle(&self, id: drove_types::VdiId) {
+        let mut lanes = self.lanes.lock();
+        if lanes.get(&id).is_some_and(|l| !l.pending()) {
+            lanes.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "ship_tests.rs"]
+mod tests;

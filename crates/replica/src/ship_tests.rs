@@ -1,0 +1,234 @@
+use super::*;
+use drove_types::VdiId;
+
+fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
+    Arc::new(VdiInfo {
+        id: VdiId(7),
+        name: "t".into(),
+        size: 64 << 20,
+        object_size: 4 << 20,
+        copies: 3,
+        mode: Default::default(),
+        created: 0,
+        min_copies: None,
+        parent: None,
+        snapshot: false,
+        ephemeral: false,
+        home_zone: Some("h".into()),
+        home_copies: None,
+        policy: drove_types::WritePolicy::ZoneSync,
+        max_lag_ms: Some(max_ms),
+        max_lag_bytes: Some(max_bytes),
+    })
+}
+
+fn write(offset: u64, len: usize, seed: u8) -> Op {
+    Op::Write {
+        offset,
+        data: Bytes::from(vec![seed; len]),
+    }
+}
+
+async fn push(lane: &Lane, v: &Arc<VdiInfo>, index: u32, op: Op) {
+    lane.push(
+        v.clone(),
+        ObjectId::new(v.id, index),
+        op,
+        1,
+        2,
+        false,
+        || {},
+    )
+    .await;
+}
+
+fn offsets(batch: &[Entry]) -> Vec<(u32, u64, usize)> {
+    batch
+        .iter()
+        .map(|e| match &e.op {
+            Op::Write { offset, data } => (e.oid.index, *offset, data.len()),
+            Op::Zeroes { offset, len } => (e.oid.index, *offset, *len as usize),
+            Op::Create { data } => (e.oid.index, 0, data.len()),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn test_overlapping_writes_ship_one_after_the_other_disjoint_ones_together() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    push(&lane, &v, 0, write(1 << 20, 4096, 2)).await; // another chunk: parallel
+    push(&lane, &v, 0, write(100, 10, 3)).await; // same chunk as the first: waits
+    push(&lane, &v, 1, write(0, 4096, 4)).await; // another object: parallel
+    let first = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(
+        offsets(&first),
+        vec![(0, 0, 4096), (0, 1 << 20, 4096), (1, 0, 4096)]
+    );
+    // The overlapping one waits for the first to be done.
+    assert!(lane.take(MAX_FLYING).unwrap().is_empty());
+    let mut it = first.into_iter();
+    lane.finish(it.next().unwrap(), &Ok(()));
+    assert_eq!(offsets(&lane.take(MAX_FLYING).unwrap()), vec![(0, 100, 10)]);
+}
+
+#[tokio::test]
+async fn test_a_write_behind_a_waiting_one_of_its_chunks_waits_too_and_is_not_merged_past_it() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(65536, 4096, 1)).await; // chunk 1
+    let flying = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(flying.len(), 1);
+    push(&lane, &v, 0, write(65536 + 4096, 4096, 2)).await; // chunk 1: waits
+    push(&lane, &v, 0, write(0, 65536, 3)).await; // chunk 0: may go ...
+    push(&lane, &v, 0, write(65536, 4096, 4)).await; // ... but this continues it into chunk 1
+    let batch = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(
+        offsets(&batch),
+        vec![(0, 0, 65536)],
+        "the write into chunk 1 must wait for the ones queued before it"
+    );
+}
+
+#[tokio::test]
+async fn test_a_sequential_stream_is_merged_up_to_the_limit() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    let n = (MERGE_MAX / 4096) as u64 + 10;
+    // Rate unknown: the first allowance bounds what is admitted without waiting,
+    // so measure admission separately; here push past it with wait_done writers.
+    for i in 0..n {
+        let oid = ObjectId::new(v.id, 0);
+        let _ = lane
+            .push(
+                v.clone(),
+                oid,
+                write(i * 4096, 4096, i as u8),
+                1,
+                2,
+                true,
+                || {},
+            )
+            .await;
+    }
+    let batch = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(
+        offsets(&batch),
+        vec![(0, 0, MERGE_MAX), (0, MERGE_MAX as u64, 40960)],
+        "merged up to the limit, the rest in a second write of its own chunks"
+    );
+    match &batch[0].op {
+        Op::Write { data, .. } => {
+            assert_eq!(data[0], 0);
+            assert_eq!(data[4096], 1);
+            assert_eq!(data[MERGE_MAX - 1], (MERGE_MAX / 4096 - 1) as u8);
+        }
+        other => panic!("merged into {other:?}"),
+    }
+    assert_eq!(
+        batch[0].done.len(),
+        MERGE_MAX / 4096,
+        "every waiter is told"
+    );
+}
+
+#[tokio::test]
+async fn test_admission_stops_at_the_byte_bound_and_resumes_when_shipped() {
+    let lane = Arc::new(Lane::default());
+    let v = vdi(60_000, 1 << 20);
+    // The first write is always admitted; then the first allowance (1 MiB) and the
+    // bound (1 MiB) apply.
+    push(&lane, &v, 0, write(0, 512 << 10, 1)).await;
+    push(&lane, &v, 1, write(0, 400 << 10, 2)).await;
+    let lag = lane.lag();
+    assert_eq!(lag.writes, 2);
+    let l2 = lane.clone();
+    let v2 = v.clone();
+    let blocked = tokio::spawn(async move { push(&l2, &v2, 2, write(0, 200 << 10, 3)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!blocked.is_finished(), "over the bound: the writer waits");
+    assert!(lane.lag().bytes <= 1 << 20);
+    let batch = lane.take(MAX_FLYING).unwrap();
+    for e in batch {
+        lane.finish(e, &Ok(()));
+    }
+    tokio::time::timeout(Duration::from_secs(2), blocked)
+        .await
+        .expect("admitted once the lag shrank")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn test_admission_stops_when_the_oldest_write_is_half_the_time_bound_old() {
+    let lane = Arc::new(Lane::default());
+    let v = vdi(200, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    push(&lane, &v, 1, write(0, 4096, 1)).await;
+    tokio::time::sleep(Duration::from_millis(110)).await;
+    let l2 = lane.clone();
+    let v2 = v.clone();
+    let blocked = tokio::spawn(async move { push(&l2, &v2, 2, write(0, 4096, 3)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!blocked.is_finished(), "the oldest is past half of 200 ms");
+    assert!(lane.lag().seconds >= 0.2);
+    for e in lane.take(MAX_FLYING).unwrap() {
+        lane.finish(e, &Ok(()));
+    }
+    tokio::time::timeout(Duration::from_secs(2), blocked)
+        .await
+        .expect("admitted once shipped")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn test_a_mark_is_passed_when_everything_queued_before_it_is_done() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    let mark = lane.mark();
+    push(&lane, &v, 1, write(0, 4096, 1)).await;
+    assert!(!lane.passed(mark));
+    let batch = lane.take(MAX_FLYING).unwrap();
+    let mut it = batch.into_iter();
+    let first = it.next().unwrap();
+    let second = it.next().unwrap();
+    lane.finish(second, &Ok(()));
+    assert!(
+        !lane.passed(mark),
+        "the write before the mark is still in flight"
+    );
+    lane.finish(first, &Ok(()));
+    assert!(lane.passed(mark), "later writes do not hold a mark back");
+    assert_eq!(lane.take_shipped().len(), 2);
+    assert!(lane.take(MAX_FLYING).is_none(), "empty: the worker stops");
+}
+
+#[tokio::test]
+async fn test_a_waiter_learns_that_its_write_was_given_up() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    let (rx, start) = lane
+        .push(
+            v.clone(),
+            ObjectId::new(v.id, 0),
+            write(0, 10, 1),
+            1,
+            0,
+            true,
+            || {},
+        )
+        .await;
+    assert!(start, "the first push starts a worker");
+    let e = lane.take(1).unwrap().pop().unwrap();
+    lane.finish(
+        e,
+        &Err(drove_types::Error::new(
+            drove_types::ErrorKind::Fenced,
+            "fenced",
+        )),
+    );
+    let got = rx.unwrap().await.unwrap();
+    assert_eq!(got.unwrap_err().kind(), drove_types::ErrorKind::Fenced);
+    assert_eq!(lane.lag(), Lag::default());
+}

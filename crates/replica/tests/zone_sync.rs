@@ -1,0 +1,248 @@
+//! Writes across zones over real TCP, every node behind a freezable relay: a
+//! zone-sync write is acknowledged by the home zone while the other zone is frozen,
+//! reaches it in order once it thaws, and a writer waits at the lag bound; any
+//! write crosses into a remote zone once (a relay there passes it on).
+mod common;
+mod relay;
+
+use common::*;
+use drove_replica::PeerTimeouts;
+use drove_types::{Epoch, ObjectId, ReplicationMode, VdiInfo, WritePolicy};
+use relay::Relay;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Zones: nodes 1 and 2 at home, 3 and 4 far; copies 4 (every node holds every
+/// object), 2 at home.
+const ZONES: [&str; 4] = ["home", "home", "far", "far"];
+
+fn zoned_vdi(policy: WritePolicy, max_lag_ms: u32, max_lag_bytes: u64) -> VdiInfo {
+    VdiInfo {
+        copies: 4,
+        home_zone: Some("home".into()),
+        home_copies: Some(2),
+        policy,
+        max_lag_ms: Some(max_lag_ms),
+        max_lag_bytes: Some(max_lag_bytes),
+        ..vdi(ReplicationMode::Direct)
+    }
+}
+
+/// The nodes of [`ZONES`], each behind its relay, all knowing `v`.
+async fn cluster_of(v: &VdiInfo) -> (Vec<TestNode>, Vec<Relay>) {
+    let timeouts = PeerTimeouts {
+        connect: Duration::from_secs(2),
+        request: Duration::from_secs(30),
+        silence_floor: Duration::from_secs(20),
+    };
+    let nodes = cluster_with(4, None, timeouts).await;
+    let mut map = (*nodes[0].map.get()).clone();
+    map.epoch = Epoch(2);
+    let mut relays = Vec::new();
+    for (n, zone) in nodes.iter().zip(ZONES) {
+        let info = map.nodes.get_mut(&n.id).unwrap();
+        let relay = Relay::start(info.peer_addr.parse().unwrap()).await;
+        info.peer_addr = relay.addr.to_string();
+        info.zone = zone.to_string();
+        relays.push(relay);
+    }
+    let map = Arc::new(map);
+    for n in &nodes {
+        n.map.set(map.clone());
+        let mut c = catalog(&map, &[]);
+        c.vdis.insert(v.id, v.clone());
+        n.local.catalog().publish(c);
+    }
+    (nodes, relays)
+}
+
+fn freeze(relays: &[Relay], far: bool) {
+    for r in &relays[2..] {
+        r.frozen.store(far, Ordering::SeqCst);
+    }
+}
+
+fn stored(node: &TestNode, oid: ObjectId, len: usize) -> Option<Vec<u8>> {
+    if !node.store.exists(oid).unwrap() {
+        return None;
+    }
+    Some(node.store.read(oid, 0, len as u32).unwrap())
+}
+
+/// The value of the metric line `name` in `text`.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_order() {
+    let v = zoned_vdi(WritePolicy::ZoneSync, 60_000, 256 << 20);
+    let (nodes, relays) = cluster_of(&v).await;
+    let gw = &nodes[0].gateway;
+    let oid = ObjectId::new(v.id, 3);
+    // Warm the connections, then cut the far zone off (frozen, not closed).
+    gw.write(&v, oid, 0, pattern(0, 4096), false, 1)
+        .await
+        .unwrap();
+    gw.drain(&v).await.unwrap();
+    freeze(&relays, true);
+    let start = Instant::now();
+    // Twenty writes over the same 8 KiB, then a sequential run after them.
+    for seed in 1..=20u8 {
+        gw.write(&v, oid, 0, pattern(seed, 8192), false, 1)
+            .await
+            .unwrap();
+    }
+    for i in 0..64u64 {
+        let at = 65536 + i * 4096;
+        gw.write(&v, oid, at, pattern(i as u8, 4096), false, 1)
+            .await
+            .unwrap();
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "84 writes acknowledged without the far zone in {took:?}"
+    );
+    let lag = gw.lag(v.id);
+    assert!(
+        lag.writes > 0 && lag.bytes >= 8192,
+        "a lag while far is frozen: {lag:?}"
+    );
+    let want = stored(&nodes[0], oid, 65536 + 64 * 4096).unwrap();
+    assert_eq!(
+        stored(&nodes[1], oid, want.len()).unwrap(),
+        want,
+        "home copies agree"
+    );
+    assert_ne!(
+        stored(&nodes[2], oid, want.len()),
+        Some(want.clone()),
+        "far is behind"
+    );
+    // Thaw: everything arrives, the last of the overlapping writes last.
+    freeze(&relays, false);
+    tokio::time::timeout(Duration::from_secs(20), gw.drain(&v))
+        .await
+        .expect("the far zone caught up")
+        .unwrap();
+    assert_eq!(gw.lag(v.id).writes, 0);
+    for far in &nodes[2..] {
+        assert_eq!(
+            stored(far, oid, want.len()).unwrap(),
+            want,
+            "node {}",
+            far.id
+        );
+    }
+    // Every write crossed into the far zone once at most (node 3 relayed to node 4;
+    // the sequential run was merged, so less).
+    let text = nodes[0].metrics.encode();
+    let written = metric(&text, "drove_gateway_written_bytes_total");
+    let crossed = metric(&text, "drove_gateway_cross_zone_bytes_total");
+    assert_eq!(written, 4096 + 20 * 8192 + 64 * 4096);
+    assert!(crossed <= written, "crossed {crossed} of {written}");
+    assert!(metric(&text, "drove_zone_sync_shipped_bytes_total") >= 20 * 8192);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_writer_waits_at_the_lag_bound_and_goes_on_when_the_far_zone_thaws() {
+    // 1 MiB and 2 s: the bytes bind first.
+    let v = zoned_vdi(WritePolicy::ZoneSync, 2_000, 1 << 20);
+    let (nodes, relays) = cluster_of(&v).await;
+    let gw = nodes[0].gateway.clone();
+    gw.write(&v, ObjectId::new(v.id, 0), 0, pattern(1, 4096), false, 1)
+        .await
+        .unwrap();
+    gw.drain(&v).await.unwrap();
+    freeze(&relays, true);
+    let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (g2, v2, a2) = (gw.clone(), v.clone(), acked.clone());
+    // 64 KiB writes, each to its own place: 4 MiB in all.
+    let writer = tokio::spawn(async move {
+        for i in 0..64u64 {
+            let oid = ObjectId::new(v2.id, (i / 16) as u32);
+            let at = (i % 16) * 65536;
+            g2.write(&v2, oid, at, pattern(i as u8, 65536), false, 1)
+                .await
+                .unwrap();
+            a2.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let mut worst = 0;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        worst = worst.max(gw.lag(v.id).bytes);
+    }
+    let stuck = acked.load(Ordering::SeqCst);
+    assert!(stuck < 64, "the writer waits while the far zone is frozen");
+    assert!(worst <= 1 << 20, "lag {worst} within its 1 MiB bound");
+    assert!(
+        stuck >= 8,
+        "it got as far as the bound: {stuck} writes of 64 KiB"
+    );
+    let text = nodes[0].metrics.encode();
+    assert!(metric(&text, "drove_zone_sync_throttled_writes_total") >= 1);
+    freeze(&relays, false);
+    tokio::time::timeout(Duration::from_secs(30), writer)
+        .await
+        .expect("the writer finished after the thaw")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), gw.drain(&v))
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..4u32 {
+        let oid = ObjectId::new(v.id, i);
+        let home = stored(&nodes[0], oid, 1 << 20).unwrap();
+        for n in &nodes[1..] {
+            assert_eq!(
+                stored(n, oid, 1 << 20).unwrap(),
+                home,
+                "node {} object {i}",
+                n.id
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_sync_write_crosses_into_a_remote_zone_once_and_waits_for_it() {
+    let v = zoned_vdi(WritePolicy::Sync, 5_000, 256 << 20);
+    let (nodes, relays) = cluster_of(&v).await;
+    let gw = nodes[0].gateway.clone();
+    let oid = ObjectId::new(v.id, 1);
+    gw.write(&v, oid, 0, pattern(9, 65536), false, 1)
+        .await
+        .unwrap();
+    for n in &nodes {
+        assert_eq!(
+            stored(n, oid, 65536).unwrap(),
+            pattern(9, 65536).to_vec(),
+            "node {} has it on acknowledgement",
+            n.id
+        );
+    }
+    let text = nodes[0].metrics.encode();
+    assert_eq!(
+        metric(&text, "drove_gateway_cross_zone_bytes_total"),
+        65536,
+        "one copy into the far zone, relayed there"
+    );
+    assert_eq!(gw.lag(v.id).writes, 0, "sync keeps no lag");
+    // With the far zone frozen, a sync write waits for it.
+    freeze(&relays, true);
+    let (g2, v2) = (gw.clone(), v.clone());
+    let w = tokio::spawn(async move { g2.write(&v2, oid, 0, pattern(10, 4096), false, 1).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!w.is_finished(), "sync waits for the far copies");
+    freeze(&relays, false);
+    tokio::time::timeout(Duration::from_secs(20), w)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
