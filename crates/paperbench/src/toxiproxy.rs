@@ -166,6 +166,34 @@ impl Toxiproxy {
         Ok(())
     }
 
+    /// Limit the `upstream` (client to server) direction of proxy `name` to `kb_s`
+    /// KB per second (toxic `bandwidth_upstream`).
+    pub fn add_bandwidth(&self, name: &str, kb_s: u64) -> Result<()> {
+        let body = json!({
+            "name": "bandwidth_upstream",
+            "type": "bandwidth",
+            "stream": "upstream",
+            "toxicity": 1.0,
+            "attributes": {"rate": kb_s},
+        });
+        let v = self.post(&format!("/proxies/{name}/toxics"), &body)?;
+        if v.pointer("/attributes/rate").and_then(Value::as_u64) != Some(kb_s) {
+            bail!("toxiproxy did not take the bandwidth toxic on {name}: {v}");
+        }
+        Ok(())
+    }
+
+    /// Remove toxic `toxic` (as named by [`Toxiproxy::add_latency`],
+    /// [`Toxiproxy::add_bandwidth`]) from proxy `name`.
+    pub fn remove_toxic(&self, name: &str, toxic: &str) -> Result<()> {
+        let path = format!("/proxies/{name}/toxics/{toxic}");
+        let r = http::request(&self.api, "DELETE", &path, None, API_TIMEOUT)?;
+        if !(200..300).contains(&r.status) {
+            bail!("toxiproxy DELETE {path} answered {}: {}", r.status, r.body.trim());
+        }
+        Ok(())
+    }
+
     /// toxiproxy's Prometheus text (bytes per proxy and direction).
     pub fn metrics(&mut self) -> Result<String> {
         self.guard.check_running()?;
