@@ -1,7 +1,7 @@
 //! A VDI's write policy (`sync` or `zone-sync`) and its zone-sync lag bounds, as
 //! operators change them after creation. The record is all that changes here: every
-//! node's watcher hands the new record to the open volume (`Volume::set_info`), and
-//! the writer's gateway acknowledges by the new policy from its next write.
+//! node's watcher hands the new record to its open volume (`Volume::set_info`), so
+//! the writer's gateway learns it without a reattach.
 use drove_types::{validate_max_lag, WritePolicy};
 
 use super::{invalid, no_vdi, ApplyResult, MetaState, Reply};
