@@ -10,6 +10,7 @@ mod log_file;
 mod log_limit;
 mod logging;
 mod node_cmd;
+mod policy_cmd;
 mod procs;
 mod qemu_img;
 mod table;

@@ -35,6 +35,8 @@ pub enum VdiCmd {
         /// the zone has fewer nodes); the others go to other zones, one per zone.
         #[arg(long, value_name = "N")]
         home_copies: Option<u8>,
+        #[command(flatten)]
+        policy: crate::policy_cmd::PolicyArgs,
     },
     /// List every VDI.
     List,
@@ -95,6 +97,9 @@ pub enum VdiCmd {
     Check(crate::heal_cmd::CheckArgs),
     /// Change how many replicas must have a VDI's writes while some are down.
     SetMinCopies(crate::heal_cmd::MinCopiesArgs),
+    /// Change a VDI's write policy and zone-sync lag bounds, also while it is
+    /// attached: the node writing it is handed the new record at once.
+    Set(crate::policy_cmd::SetArgs),
     /// Copy a disk image file (raw, qcow2, ...) into a new VDI.
     Import(crate::transfer::ImportArgs),
     /// Copy a VDI into a disk image file (raw or qcow2).
@@ -111,8 +116,10 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             min_copies,
             home_zone,
             home_copies,
+            policy,
         } => {
             let size = parse_size(&size)?;
+            let policy = policy.parse()?;
             if let Some(c) = copies {
                 if c == 0 || c > MAX_COPIES {
                     bail!("Bad --copies {c}: use 1 to {MAX_COPIES}");
@@ -130,6 +137,9 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         min_copies,
                         home_zone,
                         home_copies,
+                        policy: policy.policy,
+                        max_lag_ms: policy.max_lag_ms,
+                        max_lag_bytes: policy.max_lag_bytes,
                     },
                 )
                 .await?;
@@ -183,13 +193,16 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         format_size(v.size),
                         v.copies.to_string(),
                         v.mode.to_string(),
+                        v.policy.to_string(),
                         kind(v).to_string(),
                         v.parent.map_or_else(|| "-".to_string(), name_of),
                     ]
                 })
                 .collect();
             table::print(
-                &["NAME", "ID", "SIZE", "COPIES", "MODE", "KIND", "PARENT"],
+                &[
+                    "NAME", "ID", "SIZE", "COPIES", "MODE", "POLICY", "KIND", "PARENT",
+                ],
                 &rows,
             );
             Ok(())
@@ -260,6 +273,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         }
         VdiCmd::Check(a) => crate::heal_cmd::check(a, ctx).await,
         VdiCmd::SetMinCopies(a) => crate::heal_cmd::set_min_copies(a, ctx).await,
+        VdiCmd::Set(a) => crate::policy_cmd::set(a, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
         VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,
     }
@@ -310,6 +324,7 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
         ),
         None => println!("home zone:   none yet (the first writer's zone)"),
     }
+    println!("policy:      {}", crate::policy_cmd::describe(i));
     println!("kind:        {}", kind(i));
     if let Some(p) = i.parent {
         println!("parent id:   {p} (objects it never wrote are read from there)");

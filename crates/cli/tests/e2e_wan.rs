@@ -33,6 +33,24 @@ fn info(c: &Cluster, name: &str) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// POST `body` to `path` on admin address `addr` over a bare socket: the whole
+/// answer, status line included.
+fn post_raw(addr: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 /// A sample of a counter in Prometheus text (0 when absent).
 fn counter(metrics: &str, series: &str) -> f64 {
     metrics
@@ -124,4 +142,74 @@ fn test_home_zone_given_at_create_must_exist() {
         "{}",
         text(&o)
     );
+}
+
+/// The write policy is chosen at create (`--policy`, `--max-lag`), shown by `vdi
+/// info`, changed by `vdi set`; a bad value is refused in one clear line.
+#[test]
+fn test_write_policy_is_set_at_create_and_changed_by_vdi_set() {
+    let c = Cluster::start(2, 2);
+    let zone = c.nodes[0].zone.clone();
+    c.create_vdi(
+        "p",
+        "16M",
+        &[
+            "--copies",
+            "2",
+            "--home-zone",
+            &zone,
+            "--policy",
+            "zone-sync",
+            "--max-lag",
+            "2s",
+        ],
+    );
+    let v = info(&c, "p");
+    assert_eq!(v["policy"], "zone-sync", "{v}");
+    assert_eq!(v["max_lag_ms"], 2000, "{v}");
+    assert_eq!(v["max_lag_bytes"], Value::Null, "{v}");
+    let o = c.drove(0, &["vdi", "info", "p"]);
+    assert!(
+        text(&o).contains("policy:      zone-sync (max lag 2 s, 256 MiB)"),
+        "{}",
+        text(&o)
+    );
+
+    let o = c.drove(1, &["vdi", "set", "p", "--policy", "sync"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("VDI 'p': policy sync"), "{}", text(&o));
+    let v = info(&c, "p");
+    assert_eq!(v["policy"], "sync", "{v}");
+    assert_eq!(
+        v["max_lag_ms"], 2000,
+        "the bound stays for the next switch: {v}"
+    );
+
+    let o = c.drove(0, &["vdi", "set", "p", "--max-lag-bytes", "64M", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["max_lag_bytes"], 64 << 20, "{v}");
+
+    for args in [
+        &["vdi", "set", "p", "--policy", "fast"][..],
+        &["vdi", "create", "q", "16M", "--policy", "fast"][..],
+    ] {
+        let o = c.drove(0, args);
+        assert!(!o.status.success(), "{args:?}");
+        let t = text(&o);
+        assert!(
+            t.contains("Unknown write policy 'fast': use sync or zone-sync"),
+            "{t}"
+        );
+        assert!(!t.contains("panicked"), "{t}");
+    }
+    // The node refuses a bad policy by itself too, with the API's error body.
+    let answer = post_raw(
+        &c.nodes[0].admin,
+        "/api/vdis/p/policy",
+        r#"{"policy":"fast"}"#,
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("Unknown write policy 'fast'"), "{answer}");
+    assert_eq!(info(&c, "p")["policy"], "sync");
 }

@@ -7,7 +7,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use drove_meta::{Command, Meta, Reply};
 use drove_metrics::Metrics;
-use drove_types::{Error, ErrorKind, VdiInfo, DEFAULT_OBJECT_SIZE};
+use drove_types::{Error, ErrorKind, VdiInfo, WritePolicy, DEFAULT_OBJECT_SIZE};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -80,6 +80,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/resize", post(resize_vdi))
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
+        .route("/api/vdis/{name}/policy", post(set_policy))
         .route("/api/vdis/{name}/check", post(check_vdi))
         .route("/api/vdis/{name}/clients", get(crate::clients::all_clients))
         .route(
@@ -180,6 +181,7 @@ async fn create_vdi(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let policy = parse_policy(req.policy.as_deref())?.unwrap_or_default();
     let reply = a
         .meta
         .execute(Command::CreateVdi {
@@ -191,6 +193,9 @@ async fn create_vdi(
             now,
             home_zone: req.home_zone,
             home_copies: req.home_copies,
+            policy,
+            max_lag_ms: req.max_lag_ms,
+            max_lag_bytes: req.max_lag_bytes,
         })
         .await?;
     let mut info = expect_vdi(reply)?;
@@ -227,6 +232,28 @@ async fn min_copies(
         .execute(Command::SetMinCopies {
             name,
             min_copies: req.min_copies,
+        })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+/// A write policy named in a request, refused as `Invalid` (400) when unknown.
+fn parse_policy(s: Option<&str>) -> Result<Option<WritePolicy>, Error> {
+    s.map(str::parse).transpose()
+}
+
+async fn set_policy(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Policy>,
+) -> ApiResult<api::VdiDetail> {
+    let reply = a
+        .meta
+        .execute(Command::SetVdiPolicy {
+            name,
+            policy: parse_policy(req.policy.as_deref())?,
+            max_lag_ms: req.max_lag_ms,
+            max_lag_bytes: req.max_lag_bytes,
         })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))

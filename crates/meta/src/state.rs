@@ -4,8 +4,8 @@
 //! node that applies the same committed log reaches the same state. Nothing here is on
 //! the data path; gateways work from copies of the map and VDI records they hold.
 use drove_types::{
-    validate_name, ClusterMap, Epoch, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode,
-    VdiId, VdiInfo, BLOCK_SIZE, MAX_COPIES,
+    validate_max_lag, validate_name, ClusterMap, Epoch, ErrorKind, NodeId, NodeInfo, NodeState,
+    ReplicationMode, VdiId, VdiInfo, WritePolicy, BLOCK_SIZE, MAX_COPIES,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -230,6 +230,15 @@ pub enum Command {
         /// Copies in the home zone, 1..=copies; `None`: min(2, copies).
         #[serde(default)]
         home_copies: Option<u8>,
+        /// When writes are acknowledged (entries from before policies read as sync).
+        #[serde(default)]
+        policy: WritePolicy,
+        /// Zone-sync lag bound in milliseconds; `None`: the default.
+        #[serde(default)]
+        max_lag_ms: Option<u32>,
+        /// Zone-sync lag bound in bytes; `None`: the default.
+        #[serde(default)]
+        max_lag_bytes: Option<u64>,
     },
     /// Delete a VDI by name. Refused while a writer's lease runs, unless `force`.
     DeleteVdi {
@@ -266,6 +275,21 @@ pub enum Command {
         name: String,
         /// 1..=copies, or `None`.
         min_copies: Option<u8>,
+    },
+    /// Change a VDI's write policy and/or its zone-sync lag bounds (what is given;
+    /// at least one). Refused for a snapshot (read-only). Replies [`Reply::Vdi`].
+    SetVdiPolicy {
+        /// VDI name.
+        name: String,
+        /// New write policy.
+        #[serde(default)]
+        policy: Option<WritePolicy>,
+        /// New lag bound in milliseconds (see [`drove_types::validate_max_lag`]).
+        #[serde(default)]
+        max_lag_ms: Option<u32>,
+        /// New lag bound in bytes.
+        #[serde(default)]
+        max_lag_bytes: Option<u64>,
     },
     /// Take or renew a VDI's write lock for `node`; replies [`Reply::Lock`]. Refused
     /// with `Locked` while another node's lease runs.
@@ -484,9 +508,14 @@ impl MetaState {
                 now: created,
                 home_zone,
                 home_copies,
+                policy,
+                max_lag_ms,
+                max_lag_bytes,
             } => {
                 let home = (home_zone.clone(), *home_copies);
-                self.create_vdi(name, (*size, *object_size), *copies, *mode, *created, home)
+                let lag = (*policy, *max_lag_ms, *max_lag_bytes);
+                let shape = (*size, *object_size, *copies, *mode);
+                self.create_vdi(name, shape, *created, home, lag)
             }
             Command::DeleteVdi { name, force } => {
                 let Some(vdi) = self.vdis.get(name) else {
@@ -571,6 +600,12 @@ impl MetaState {
                 vdi.min_copies = *min_copies;
                 Ok(Reply::Vdi(vdi.clone()))
             }
+            Command::SetVdiPolicy {
+                name,
+                policy,
+                max_lag_ms,
+                max_lag_bytes,
+            } => self.set_vdi_policy(name, *policy, *max_lag_ms, *max_lag_bytes),
             Command::AcquireLock {
                 vdi,
                 node,
@@ -762,13 +797,14 @@ impl MetaState {
     fn create_vdi(
         &mut self,
         name: &str,
-        (size, object_size): (u64, u32),
-        copies: Option<u8>,
-        mode: ReplicationMode,
+        (size, object_size, copies, mode): (u64, u32, Option<u8>, ReplicationMode),
         created: u64,
         (home_zone, home_copies): (Option<String>, Option<u8>),
+        (policy, max_lag_ms, max_lag_bytes): (WritePolicy, Option<u32>, Option<u64>),
     ) -> ApplyResult {
         validate_name(name).map_err(|e| invalid(e.message().to_string()))?;
+        validate_max_lag(max_lag_ms, max_lag_bytes)
+            .map_err(|e| invalid(e.message().to_string()))?;
         if self.vdis.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
@@ -829,9 +865,9 @@ impl MetaState {
             ephemeral: false,
             home_zone,
             home_copies,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
+            policy,
+            max_lag_ms,
+            max_lag_bytes,
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());
@@ -927,6 +963,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
 }
 
 mod lineage;
+mod policy;
 
 #[cfg(test)]
 mod tests;
@@ -938,3 +975,7 @@ mod lock_tests;
 #[cfg(test)]
 #[path = "state/lineage_tests.rs"]
 mod lineage_tests;
+
+#[cfg(test)]
+#[path = "state/policy_tests.rs"]
+mod policy_tests;

@@ -7,7 +7,7 @@ use common::{
     agreed_leader, agreed_leader_among, all, init_tracing, restart, start, wait_until, Node, READY,
 };
 use drove_meta::{Command, Reply};
-use drove_types::{ErrorKind, NodeId, ReplicationMode, DEFAULT_OBJECT_SIZE};
+use drove_types::{ErrorKind, NodeId, ReplicationMode, WritePolicy, DEFAULT_OBJECT_SIZE};
 use std::time::Duration;
 
 fn create(name: &str, copies: Option<u8>) -> Command {
@@ -20,6 +20,9 @@ fn create(name: &str, copies: Option<u8>) -> Command {
         now: 1_700_000_000,
         home_zone: None,
         home_copies: None,
+        policy: WritePolicy::Sync,
+        max_lag_ms: None,
+        max_lag_bytes: None,
     }
 }
 

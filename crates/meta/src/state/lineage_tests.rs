@@ -180,6 +180,9 @@ fn test_rollback_gives_a_fresh_child_of_an_ancestor_snapshot() {
             now: 1,
             home_zone: None,
             home_copies: None,
+            policy: WritePolicy::Sync,
+            max_lag_ms: None,
+            max_lag_bytes: None,
         },
         1,
     )

@@ -28,6 +28,9 @@ pub(super) fn state_with(name: &str) -> MetaState {
             now: 100,
             home_zone: None,
             home_copies: None,
+            policy: WritePolicy::Sync,
+            max_lag_ms: None,
+            max_lag_bytes: None,
         },
         100,
     )
@@ -314,6 +317,9 @@ fn test_a_home_zone_must_exist_and_home_copies_fit() {
         now: 100,
         home_zone: Some(zone.into()),
         home_copies,
+        policy: WritePolicy::Sync,
+        max_lag_ms: None,
+        max_lag_bytes: None,
     };
     let (kind, msg) = s.apply(&create("nowhere", None), 100).unwrap_err();
     assert_eq!(kind, ErrorKind::Invalid);

@@ -41,6 +41,9 @@ fn create(name: &str, size: u64, copies: Option<u8>) -> Command {
         now: 1234,
         home_zone: None,
         home_copies: None,
+        policy: WritePolicy::Sync,
+        max_lag_ms: None,
+        max_lag_bytes: None,
     }
 }
 
@@ -302,6 +305,9 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
             now: 0,
             home_zone: None,
             home_copies: None,
+            policy: WritePolicy::Sync,
+            max_lag_ms: None,
+            max_lag_bytes: None,
         };
         let (kind, _) = err_of(s.apply(&cmd, 0));
         assert_eq!(kind, ErrorKind::Invalid, "object size {object_size}");
@@ -316,6 +322,9 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
         now: 0,
         home_zone: None,
         home_copies: None,
+        policy: WritePolicy::Sync,
+        max_lag_ms: None,
+        max_lag_bytes: None,
     };
     assert_eq!(err_of(s.apply(&cmd, 0)).0, ErrorKind::Invalid);
 }

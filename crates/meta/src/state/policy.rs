@@ -1,0 +1,45 @@
+//! A VDI's write policy (`sync` or `zone-sync`) and its zone-sync lag bounds, as
+//! operators change them after creation. The record is all that changes here: every
+//! node's watcher hands the new record to its open volume (`Volume::set_info`), so
+//! the writer's gateway learns it without a reattach.
+use drove_types::{validate_max_lag, WritePolicy};
+
+use super::{invalid, no_vdi, ApplyResult, MetaState, Reply};
+
+impl MetaState {
+    pub(super) fn set_vdi_policy(
+        &mut self,
+        name: &str,
+        policy: Option<WritePolicy>,
+        max_lag_ms: Option<u32>,
+        max_lag_bytes: Option<u64>,
+    ) -> ApplyResult {
+        // Check everything before changing anything: a refused command leaves the
+        // record as it was.
+        let Some(vdi) = self.vdis.get_mut(name) else {
+            return Err(no_vdi(name));
+        };
+        if vdi.snapshot {
+            return Err(invalid(format!(
+                "'{name}' is a snapshot (read-only): change the VDI it was taken of, or a clone of it"
+            )));
+        }
+        if policy.is_none() && max_lag_ms.is_none() && max_lag_bytes.is_none() {
+            return Err(invalid(format!(
+                "Nothing to change for VDI '{name}': give a policy, a lag bound in ms or one in bytes"
+            )));
+        }
+        validate_max_lag(max_lag_ms, max_lag_bytes)
+            .map_err(|e| invalid(e.message().to_string()))?;
+        if let Some(p) = policy {
+            vdi.policy = p;
+        }
+        if max_lag_ms.is_some() {
+            vdi.max_lag_ms = max_lag_ms;
+        }
+        if max_lag_bytes.is_some() {
+            vdi.max_lag_bytes = max_lag_bytes;
+        }
+        Ok(Reply::Vdi(vdi.clone()))
+    }
+}
