@@ -13,6 +13,7 @@ mod node_cmd;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
+mod sync_cmd;
 mod table;
 mod transfer;
 mod up;

@@ -100,6 +100,9 @@ pub enum VdiCmd {
     /// Change a VDI's write policy and zone-sync lag bounds, also while it is
     /// attached: the node writing it is handed the new record at once.
     Set(crate::policy_cmd::SetArgs),
+    /// Wait until the copies outside a zone-sync VDI's home zone have every write
+    /// acknowledged so far, durably (asked of the node writing it).
+    Sync(crate::sync_cmd::SyncArgs),
     /// Copy a disk image file (raw, qcow2, ...) into a new VDI.
     Import(crate::transfer::ImportArgs),
     /// Copy a VDI into a disk image file (raw or qcow2).
@@ -209,7 +212,25 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         }
         VdiCmd::Info { name } => {
             let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
-            show(ctx, &d)
+            let lag = crate::sync_cmd::info_line(ctx, &name, d.info.policy).await;
+            if ctx.json {
+                // The writer's lag joins the record (null for a sync VDI, or when
+                // the writer did not answer).
+                let mut v = serde_json::to_value(&d)?;
+                let l = match d.info.policy {
+                    drove_types::WritePolicy::ZoneSync => {
+                        crate::sync_cmd::lag(ctx, &name).await.ok()
+                    }
+                    drove_types::WritePolicy::Sync => None,
+                };
+                v["lag"] = serde_json::to_value(l)?;
+                return print_json(&v);
+            }
+            show(ctx, &d)?;
+            if let Some(l) = lag {
+                println!("lag:         {l}");
+            }
+            Ok(())
         }
         VdiCmd::Delete {
             name,
@@ -274,6 +295,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Check(a) => crate::heal_cmd::check(a, ctx).await,
         VdiCmd::SetMinCopies(a) => crate::heal_cmd::set_min_copies(a, ctx).await,
         VdiCmd::Set(a) => crate::policy_cmd::set(a, ctx).await,
+        VdiCmd::Sync(a) => crate::sync_cmd::sync(a, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
         VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,
     }

@@ -147,10 +147,15 @@ fn test_zone_sync_small_writes_do_not_wait_for_the_wan_and_sync_catches_up() {
         zs1 / zs0,
         sy1 / sy0
     );
-    assert!(sy1 >= 20.0, "the delay is in effect: sync writes wait a WAN round trip ({sy1} ms)");
     assert!(
-        zs1 < 10.0,
-        "zone-sync writes do not wait for the WAN: p50 {zs1} ms against a 20 ms round trip"
+        sy1 >= 20.0,
+        "the delay is in effect: sync writes wait a WAN round trip ({sy1} ms)"
+    );
+    // The figure is 1.5x; 1 ms more is for a busy machine's scheduling
+    // noise on sub-millisecond writes. A WAN round trip here is 20 ms.
+    assert!(
+        zs1 <= 1.5 * zs0 + 1.0,
+        "zone-sync writes do not wait for the WAN: p50 {zs1} ms against {zs0} ms without delay"
     );
     let info = json_of(c, 0, &["vdi", "info", "zs", "--json"]);
     assert_eq!(info["policy"], "zone-sync", "{info}");
@@ -220,7 +225,10 @@ fn test_the_lag_stays_within_its_bound_when_the_writer_outruns_the_link() {
     assert!(worst_b > 0, "the writer outran the link");
     assert!(worst_s <= 2.0, "lag {worst_s} s over its 2 s bound");
     assert!(worst_b <= 256 << 20, "lag {worst_b} bytes over its bound");
-    assert!(mb_s < 8.0, "the writer was slowed to about the link's speed: {mb_s} MB/s");
+    assert!(
+        mb_s < 8.0,
+        "the writer was slowed to about the link's speed: {mb_s} MB/s"
+    );
     let m = c.metrics(i);
     assert!(
         m.lines().any(|l| l.starts_with("drove_zone_sync_throttled_writes_total ")

@@ -189,7 +189,11 @@ impl Toxiproxy {
         let path = format!("/proxies/{name}/toxics/{toxic}");
         let r = http::request(&self.api, "DELETE", &path, None, API_TIMEOUT)?;
         if !(200..300).contains(&r.status) {
-            bail!("toxiproxy DELETE {path} answered {}: {}", r.status, r.body.trim());
+            bail!(
+                "toxiproxy DELETE {path} answered {}: {}",
+                r.status,
+                r.body.trim()
+            );
         }
         Ok(())
     }

@@ -1,0 +1,85 @@
+//! `drove vdi sync` and the zone-sync lag `vdi info` shows: both asked of the node
+//! writing the VDI, through any node (`/api/vdis/NAME/sync`, `/lag`).
+use anyhow::{bail, Result};
+use clap::Args;
+use drove_daemon::wan::{LagReport, SyncReport, SyncRequest};
+use drove_paperbench::config::parse_duration_ms;
+use drove_types::WritePolicy;
+use std::time::Duration;
+
+use crate::client::{print_json, Ctx};
+use crate::vdi_cmd::encode;
+
+#[derive(Args)]
+pub struct SyncArgs {
+    /// VDI name.
+    pub name: String,
+    /// Give up after this long, e.g. 30s or 10m (at most 1h).
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub timeout: String,
+}
+
+/// `drove vdi sync NAME`: wait until the copies outside the VDI's home zone have
+/// every write acknowledged so far, durably.
+pub async fn sync(a: SyncArgs, ctx: &Ctx) -> Result<()> {
+    let ms = parse_duration_ms(&a.timeout, 1)?;
+    let secs = ms.div_ceil(1000);
+    if !(1..=3600).contains(&secs) {
+        bail!("Bad --timeout '{}': use 1s to 1h", a.timeout);
+    }
+    let body = SyncRequest {
+        timeout_s: Some(secs),
+    };
+    let path = format!("/api/vdis/{}/sync", encode(&a.name));
+    let r: SyncReport = ctx
+        .post_long(&path, &body, Duration::from_secs(secs + 10))
+        .await?;
+    if ctx.json {
+        return print_json(&r);
+    }
+    match r.holder {
+        None => println!(
+            "VDI '{}': nobody writes it, so every copy has every write",
+            r.vdi
+        ),
+        Some(n) => {
+            println!(
+                "VDI '{}': the copies outside its home zone have every write acknowledged \
+                 before the sync, durably (writer node {n}, {:.1} s)",
+                r.vdi, r.seconds
+            );
+            if r.lag_after.writes > 0 {
+                println!("since then:  {}", describe(&r.lag_after));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The lag of VDI `name` at its writer.
+pub async fn lag(ctx: &Ctx, name: &str) -> Result<LagReport> {
+    ctx.get(&format!("/api/vdis/{}/lag", encode(name))).await
+}
+
+/// `12.0 MiB in 30 writes, the oldest 0.8 s old`, or `none`.
+pub fn describe(l: &LagReport) -> String {
+    if l.writes == 0 {
+        return "none (the other zones' copies have every write)".to_string();
+    }
+    format!(
+        "{} bytes in {} writes, the oldest {:.1} s old",
+        l.bytes, l.writes, l.seconds
+    )
+}
+
+/// The lag line of `vdi info` for a zone-sync VDI (None for sync), or why it is
+/// not known.
+pub async fn info_line(ctx: &Ctx, name: &str, policy: WritePolicy) -> Option<String> {
+    if policy != WritePolicy::ZoneSync {
+        return None;
+    }
+    Some(match lag(ctx, name).await {
+        Ok(l) => describe(&l),
+        Err(e) => format!("unknown ({e:#})"),
+    })
+}
