@@ -196,9 +196,18 @@ impl Gateway {
         }
     }
 
-    /// The replicas on `map` in the order reads try them: this node first.
+    /// The replicas on `map` in the order reads try them: this node first. While
+    /// this gateway still owes the copies outside the home zone a write of `oid`
+    /// (zone-sync), only the home-zone copies are read: a writer outside the home
+    /// zone must read what it wrote.
     fn read_order_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-        let nodes = drove_placement::locate_vdi(map, vdi, oid);
+        let mut nodes = drove_placement::locate_vdi(map, vdi, oid);
+        if self.lanes.get(vdi.id).is_some_and(|l| l.pending_for(oid)) {
+            let near = zoned::home_only(map, vdi, &nodes);
+            if !near.is_empty() {
+                nodes = near;
+            }
+        }
         read_order(map, self.me, nodes, |n| self.pool.rtt(n))
     }
 

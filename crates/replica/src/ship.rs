@@ -186,6 +186,8 @@ struct State {
     running: bool,
     /// Objects shipped since the last flush of the far copies.
     shipped: BTreeSet<ObjectId>,
+    /// Entries queued or in flight, per object.
+    per_object: HashMap<ObjectId, usize>,
     /// Shipping rate, bytes per second (smoothed), once measured.
     rate: Option<f64>,
     window: Option<(Instant, u64)>,
@@ -248,6 +250,16 @@ impl State {
         }
     }
 
+    /// `n` entries of `oid` left the lag (or were merged into another).
+    fn forget(&mut self, oid: ObjectId, n: usize) {
+        if let Some(c) = self.per_object.get_mut(&oid) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.per_object.remove(&oid);
+            }
+        }
+    }
+
     fn sample_rate(&mut self, shipped: u64, now: Instant) {
         let (start, sum) = self.window.get_or_insert((now, 0));
         *sum += shipped;
@@ -264,6 +276,12 @@ impl Lane {
     /// The lag now.
     pub(crate) fn lag(&self) -> Lag {
         self.st.lock().lag(Instant::now())
+    }
+
+    /// Whether a write of `oid` is queued or in flight: the copies outside the home
+    /// zone may not have it yet.
+    pub(crate) fn pending_for(&self, oid: ObjectId) -> bool {
+        self.st.lock().per_object.contains_key(&oid)
     }
 
     /// Whether anything is queued or in flight.
@@ -325,6 +343,7 @@ impl Lane {
                         st.window = None;
                     }
                     st.bytes += weight;
+                    *st.per_object.entry(oid).or_default() += 1;
                     st.queue.push_back(Entry {
                         oid,
                         vdi,
@@ -378,7 +397,10 @@ impl Lane {
                 continue;
             }
             let mut e = st.queue.remove(i).expect("index in range");
-            merge_following(&mut st.queue, i, &mut e, &held);
+            let merged = merge_following(&mut st.queue, i, &mut e, &held);
+            if merged > 0 {
+                st.forget(e.oid, merged);
+            }
             let span = span_of(&e.op);
             held.push((e.oid, span));
             st.flying.push(Flying {
@@ -397,6 +419,7 @@ impl Lane {
         {
             let mut st = self.st.lock();
             st.flying.retain(|f| f.seq != e.seq);
+            st.forget(e.oid, 1);
             st.bytes = st.bytes.saturating_sub(e.weight);
             if res.is_ok() {
                 st.shipped.insert(e.oid);
@@ -423,6 +446,7 @@ impl Lane {
 /// Merge into `e` the queued writes from index `i` on that continue it directly
 /// (same object and generation, starting where it ends), stopping at the first
 /// other entry of its object: entries of other objects in between do not matter.
+/// Returns how many were merged.
 /// A write whose chunks an earlier entry still `held` (queued before `e`, or in
 /// flight) is not merged: it must wait for that one.
 fn merge_following(
@@ -430,9 +454,9 @@ fn merge_following(
     i: usize,
     e: &mut Entry,
     held: &[(ObjectId, (u64, u64))],
-) {
+) -> usize {
     let Op::Write { offset, data } = &e.op else {
-        return;
+        return 0;
     };
     let (offset, mut end) = (*offset, *offset + data.len() as u64);
     let mut parts: Vec<Bytes> = vec![data.clone()];
@@ -464,7 +488,8 @@ fn merge_following(
         e.done.append(&mut n.done);
         e.at = e.at.min(n.at);
     }
-    if parts.len() > 1 {
+    let merged = parts.len() - 1;
+    if merged > 0 {
         let mut buf = BytesMut::with_capacity(size);
         for p in parts {
             buf.extend_from_slice(&p);
@@ -474,6 +499,7 @@ fn merge_following(
             data: buf.freeze(),
         };
     }
+    merged
 }
 
 /// The lanes of a gateway, one per VDI with zone-sync writes.

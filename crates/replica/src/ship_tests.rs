@@ -232,3 +232,32 @@ async fn test_a_waiter_learns_that_its_write_was_given_up() {
     assert_eq!(got.unwrap_err().kind(), drove_types::ErrorKind::Fenced);
     assert_eq!(lane.lag(), Lag::default());
 }
+
+#[tokio::test]
+async fn test_an_object_is_pending_until_its_last_write_is_shipped_merged_or_not() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    let oid = ObjectId::new(v.id, 0);
+    for i in 0..3u64 {
+        let _ = lane
+            .push(v.clone(), oid, write(i * 4096, 4096, 1), 1, 2, true, || {})
+            .await;
+    }
+    push(&lane, &v, 1, write(0, 4096, 1)).await;
+    assert!(lane.pending_for(oid));
+    let batch = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(
+        batch.len(),
+        2,
+        "three merged into one, and the other object"
+    );
+    for e in batch {
+        assert!(lane.pending_for(e.oid));
+        lane.finish(e, &Ok(()));
+    }
+    assert!(
+        !lane.pending_for(oid),
+        "the merged write counted for all three"
+    );
+    assert!(!lane.pending_for(ObjectId::new(v.id, 1)));
+}

@@ -41,6 +41,11 @@ pub(crate) fn again(e: &Error) -> Error {
     Error::new(e.kind(), e.to_string())
 }
 
+/// The replicas of `nodes` in `vdi`'s home zone (all of them without one).
+pub(super) fn home_only(map: &ClusterMap, vdi: &VdiInfo, nodes: &[NodeId]) -> Vec<NodeId> {
+    split(map, vdi, nodes).0
+}
+
 /// Longest pause between tries of a far write that cannot be placed.
 const SHIP_BACKOFF_MAX: Duration = Duration::from_secs(2);
 

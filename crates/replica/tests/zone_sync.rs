@@ -246,3 +246,59 @@ async fn test_a_sync_write_crosses_into_a_remote_zone_once_and_waits_for_it() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_writer_outside_the_home_zone_reads_home_copies_while_its_zone_lags() {
+    // Copies 3: both home nodes and one far node. The writer is node 3 (far zone);
+    // the object's far copy is node 4, frozen: the write is shipped there later.
+    let v = VdiInfo {
+        copies: 3,
+        ..zoned_vdi(WritePolicy::ZoneSync, 60_000, 256 << 20)
+    };
+    let (nodes, relays) = cluster_of(&v).await;
+    let map = nodes[0].map.get();
+    let oid = (0..1000)
+        .map(|k| ObjectId::new(v.id, k))
+        .find(|&o| drove_placement::locate_vdi(&map, &v, o).contains(&drove_types::NodeId(4)))
+        .expect("an object with a copy on node 4");
+    let gw = nodes[2].gateway.clone();
+    gw.write(&v, oid, 0, pattern(1, 4096), false, 1)
+        .await
+        .unwrap();
+    gw.drain(&v).await.unwrap();
+    relays[3].frozen.store(true, Ordering::SeqCst);
+    gw.write(&v, oid, 0, pattern(2, 4096), false, 1)
+        .await
+        .unwrap();
+    assert!(gw.lag(v.id).writes > 0, "node 4 has not got it");
+    // Node 4 is the reader's zone copy, but it is owed a write: the read goes home,
+    // without waiting on node 4 (no hedge).
+    let got = gw.read(&v, oid, 0, 4096).await.unwrap();
+    assert_eq!(got, pattern(2, 4096));
+    let text = nodes[2].metrics.encode();
+    assert_eq!(
+        metric(&text, "drove_gateway_hedged_reads_total"),
+        0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"drove_gateway_reads_total{where="remote"}"#),
+        1
+    );
+    relays[3].frozen.store(false, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(20), gw.drain(&v))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored(&nodes[3], oid, 4096).unwrap(),
+        pattern(2, 4096).to_vec()
+    );
+    // Nothing owed any more: the zone copy serves again.
+    gw.read(&v, oid, 0, 4096).await.unwrap();
+    let text = nodes[2].metrics.encode();
+    assert_eq!(
+        metric(&text, r#"drove_gateway_reads_total{where="zone"}"#),
+        1
+    );
+}
