@@ -6,13 +6,14 @@
 //! each read was served and count the hedge.
 mod common;
 mod relay;
+mod relayed;
 
 use common::*;
 use drove_replica::PeerTimeouts;
-use drove_types::{Epoch, NodeId, ObjectId, ReplicationMode};
+use drove_types::{NodeId, ObjectId, ReplicationMode};
 use relay::Relay;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 /// The pool's silence floor here: far above what a hedged read may take, so only
@@ -27,23 +28,7 @@ async fn relayed_cluster(zones: &[&str]) -> (Vec<TestNode>, Vec<Relay>) {
         request: Duration::from_secs(10),
         silence_floor: SILENCE_FLOOR,
     };
-    let nodes = cluster_with(zones.len() as u64, None, timeouts).await;
-    let mut map = (*nodes[0].map.get()).clone();
-    map.epoch = Epoch(2);
-    let mut relays = Vec::new();
-    for (n, zone) in nodes.iter().zip(zones) {
-        let info = map.nodes.get_mut(&n.id).unwrap();
-        let relay = Relay::start(info.peer_addr.parse().unwrap()).await;
-        info.peer_addr = relay.addr.to_string();
-        info.zone = zone.to_string();
-        relays.push(relay);
-    }
-    let map = Arc::new(map);
-    for n in &nodes {
-        n.map.set(map.clone());
-    }
-    publish(&nodes, &[]);
-    (nodes, relays)
+    relayed::relayed_cluster(zones, timeouts).await
 }
 
 /// The first object of `vdi` whose replicas are `want` (in any order).

@@ -4,10 +4,11 @@
 //! write crosses into a remote zone once (a relay there passes it on).
 mod common;
 mod relay;
+mod relayed;
 
 use common::*;
 use drove_replica::PeerTimeouts;
-use drove_types::{Epoch, ObjectId, ReplicationMode, VdiInfo, WritePolicy};
+use drove_types::{ObjectId, ReplicationMode, VdiInfo, WritePolicy};
 use relay::Relay;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,20 +37,9 @@ async fn cluster_of(v: &VdiInfo) -> (Vec<TestNode>, Vec<Relay>) {
         request: Duration::from_secs(30),
         silence_floor: Duration::from_secs(20),
     };
-    let nodes = cluster_with(4, None, timeouts).await;
-    let mut map = (*nodes[0].map.get()).clone();
-    map.epoch = Epoch(2);
-    let mut relays = Vec::new();
-    for (n, zone) in nodes.iter().zip(ZONES) {
-        let info = map.nodes.get_mut(&n.id).unwrap();
-        let relay = Relay::start(info.peer_addr.parse().unwrap()).await;
-        info.peer_addr = relay.addr.to_string();
-        info.zone = zone.to_string();
-        relays.push(relay);
-    }
-    let map = Arc::new(map);
+    let (nodes, relays) = relayed::relayed_cluster(&ZONES, timeouts).await;
     for n in &nodes {
-        n.map.set(map.clone());
+        let map = n.map.get();
         let mut c = catalog(&map, &[]);
         c.vdis.insert(v.id, v.clone());
         n.local.catalog().publish(c);
