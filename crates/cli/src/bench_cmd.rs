@@ -46,6 +46,9 @@ pub struct PaperArgs {
     /// Output directory [default: bench/results/paper-DATE].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Write policy of drove's VDIs: sync or zone-sync (see docs/wan.md) [default: sync].
+    #[arg(long, value_name = "sync|zone-sync")]
+    policy: Option<String>,
     /// A small version for the test suite (2 zones x 2 nodes, X = 1,2, 16M, 2 s, 1
     /// repeat); explicit options still win.
     #[arg(long)]
@@ -86,6 +89,11 @@ fn config(a: PaperArgs) -> Result<PaperConfig> {
         runtime_secs: runtime_ms / 1000,
         repeat: a.repeat.unwrap_or(if q { 1 } else { 3 }),
         copies: nodes.min(3) as u8,
+        policy: a
+            .policy
+            .as_deref()
+            .unwrap_or("sync")
+            .parse::<drove_types::WritePolicy>()?,
         iodepth: DEFAULT_IODEPTH,
         out: std::path::absolute(&out).unwrap_or(out),
         drove_bin: std::env::current_exe().context("Cannot find the drove binary")?,

@@ -87,8 +87,14 @@ impl DroveCluster {
         std::fs::rename(&tmp, &path).with_context(|| format!("Cannot write {}", path.display()))
     }
 
-    /// Create VDI `name` of `size` bytes with `copies` copies.
-    pub fn create_vdi(&self, name: &str, size: u64, copies: u8) -> Result<()> {
+    /// Create VDI `name` of `size` bytes with `copies` copies and write `policy`.
+    pub fn create_vdi(
+        &self,
+        name: &str,
+        size: u64,
+        copies: u8,
+        policy: drove_types::WritePolicy,
+    ) -> Result<()> {
         let admin = &self
             .nodes
             .first()
@@ -97,6 +103,7 @@ impl DroveCluster {
         let mut cmd = Command::new(&self.bin);
         cmd.args(["vdi", "create", name, &size.to_string()])
             .args(["--copies", &copies.to_string(), "--cluster", admin])
+            .args(["--policy", &policy.to_string()])
             .stdin(Stdio::null());
         run_checked(&mut cmd, &format!("drove vdi create {name}"))?;
         Ok(())

@@ -120,6 +120,9 @@ pub struct PaperConfig {
     pub repeat: usize,
     /// Copies of every drove VDI.
     pub copies: u8,
+    /// Write policy of every drove VDI (`sync` or `zone-sync`; each VDI's home zone
+    /// is its client's, the zone it is prefilled from).
+    pub policy: drove_types::WritePolicy,
     /// fio queue depth of every client.
     pub iodepth: u32,
     /// Output directory.

@@ -157,7 +157,7 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
     let _ = writeln!(s, "## Scale\n");
     let _ = writeln!(
         s,
-        "This run: {} zones x {} nodes = {} drove nodes (copies {}), X = {xs} clients at once, \
+        "This run: {} zones x {} nodes = {} drove nodes (copies {}, write policy {}), X = {xs} clients at once, \
          {d} ms one-way delay between zones, {} per client disk, on one machine with {cores} \
          cores that also runs every client, proxy and server.  \nThe paper: {PAPER_SCALE}. \
          This is a scaled-down version of the paper's experiment; its indexes are not the \
@@ -166,6 +166,7 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         cfg.nodes_per_zone,
         cfg.nodes(),
         cfg.copies,
+        cfg.policy,
         drove_types::format_size(cfg.size),
     );
 

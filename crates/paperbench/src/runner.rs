@@ -142,7 +142,7 @@ fn start_rig(
     for i in 0..clients {
         cancel.check()?;
         let name = format!("c{i}");
-        cluster.create_vdi(&name, cfg.size, cfg.copies)?;
+        cluster.create_vdi(&name, cfg.size, cfg.copies, cfg.policy)?;
         let node = client_node(i, cfg.zones, &zones)
             .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
         drove_uris.push(cluster.unix_uri(node, &name)?);
