@@ -5,15 +5,17 @@
 //!   matters: an entry starts only when no earlier entry of the same object that
 //!   touches the same 64 KiB chunks ([`crate::ranges::chunk_span`], the gateway's own
 //!   ordering unit) is queued or in flight. Entries that do not overlap go in parallel
-//!   (up to [`MAX_FLYING`]), and a write that continues the previous queued write of
+//!   (up to [`MAX_FLYING`] entries and [`MAX_FLYING_BYTES`]), and a write that continues the previous queued write of
 //!   its object is merged into it (up to [`MERGE_MAX`]), so a sequential stream
 //!   crosses the WAN in large requests rather than one round trip per 4 KiB.
 //! - Bound. A writer is admitted while the lag stays within the VDI's bound: bytes
 //!   queued or in flight at most `max_lag_bytes`, and in time, the oldest entry
 //!   younger than half of `max_lag` *and* the bytes waiting shippable in half of
 //!   `max_lag` at the rate the lane has been shipping. Half, so that what is admitted
-//!   at the edge still arrives within the bound. Until a rate is measured a lane takes
-//!   [`FIRST_ALLOWANCE`]. A writer at the bound waits (it is slowed, never dropped).
+//!   at the edge still arrives within the bound. The rate is measured afresh in every
+//!   busy spell of the lane (the link may have changed while it was idle), and until
+//!   it is, a lane takes [`FIRST_ALLOWANCE`]; a slower sample replaces it at once. A
+//!   writer at the bound waits (it is slowed, never dropped).
 //! - Nothing here talks to the network: the gateway's lane worker takes batches with
 //!   [`Lane::take`], ships them and reports with [`Lane::finish`].
 use bytes::{Bytes, BytesMut};
@@ -29,6 +31,11 @@ use crate::ranges::chunk_span;
 
 /// Entries of one lane in flight at once.
 pub(crate) const MAX_FLYING: usize = 128;
+/// Bytes of one lane in flight at once: enough for a fast WAN (8 MiB per 10 ms round
+/// trip is 800 MB/s), and little enough that a shipped write never waits long behind
+/// the lane's others in a peer connection (a slow link otherwise queues them past
+/// the request timeout and the pool's silence watchdog, and they are sent again).
+pub(crate) const MAX_FLYING_BYTES: u64 = 8 << 20;
 /// The largest merged write: 1 MiB.
 pub(crate) const MERGE_MAX: usize = 1 << 20;
 /// Bytes a lane admits before it has measured how fast it ships.
@@ -174,6 +181,7 @@ struct Flying {
     oid: ObjectId,
     span: (u64, u64),
     at: Instant,
+    weight: u64,
 }
 
 #[derive(Default)]
@@ -260,13 +268,24 @@ impl State {
         }
     }
 
+    /// Count `shipped` bytes done at `now` into the rate: a window opens at a
+    /// completion (whose bytes were shipped before it, so they are not counted) and
+    /// closes at the first completion `RATE_WINDOW` later. A slower sample replaces
+    /// the rate at once (a link that slows down must stop admissions now); a faster
+    /// one raises it gradually.
     fn sample_rate(&mut self, shipped: u64, now: Instant) {
-        let (start, sum) = self.window.get_or_insert((now, 0));
+        let Some((start, sum)) = &mut self.window else {
+            self.window = Some((now, 0));
+            return;
+        };
         *sum += shipped;
         let elapsed = now.saturating_duration_since(*start);
         if elapsed >= RATE_WINDOW {
             let sample = *sum as f64 / elapsed.as_secs_f64();
-            self.rate = Some(self.rate.map_or(sample, |r| 0.7 * r + 0.3 * sample));
+            self.rate = Some(match self.rate {
+                Some(r) if sample >= r => 0.7 * r + 0.3 * sample,
+                _ => sample,
+            });
             self.window = Some((now, 0));
         }
     }
@@ -340,7 +359,10 @@ impl Lane {
                     let seq = st.next_seq;
                     st.next_seq += 1;
                     if st.queue.is_empty() && st.flying.is_empty() {
+                        // A new busy spell: the link may not be what it was, so
+                        // its rate is measured afresh (the first allowance until).
                         st.window = None;
+                        st.rate = None;
                     }
                     st.bytes += weight;
                     *st.per_object.entry(oid).or_default() += 1;
@@ -386,7 +408,12 @@ impl Lane {
         let mut out = Vec::new();
         let mut i = 0;
         let mut looked = 0;
-        while i < st.queue.len() && out.len() < room && looked < SCAN {
+        let mut flying_bytes: u64 = st.flying.iter().map(|f| f.weight).sum();
+        while i < st.queue.len()
+            && out.len() < room
+            && looked < SCAN
+            && (flying_bytes < MAX_FLYING_BYTES || st.flying.is_empty())
+        {
             looked += 1;
             let e = &st.queue[i];
             let span = span_of(&e.op);
@@ -403,11 +430,13 @@ impl Lane {
             }
             let span = span_of(&e.op);
             held.push((e.oid, span));
+            flying_bytes += e.weight;
             st.flying.push(Flying {
                 seq: e.seq,
                 oid: e.oid,
                 span,
                 at: e.at,
+                weight: e.weight,
             });
             out.push(e);
         }

@@ -261,3 +261,36 @@ async fn test_an_object_is_pending_until_its_last_write_is_shipped_merged_or_not
     );
     assert!(!lane.pending_for(ObjectId::new(v.id, 1)));
 }
+
+#[tokio::test]
+async fn test_a_lane_keeps_at_most_its_byte_budget_in_flight() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    // 20 disjoint 1 MiB writes (each object its own): 8 MiB may fly.
+    for i in 0..20u32 {
+        let _ = lane
+            .push(
+                v.clone(),
+                ObjectId::new(v.id, i),
+                write(0, 1 << 20, 1),
+                1,
+                2,
+                true,
+                || {},
+            )
+            .await;
+    }
+    let first = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(first.len(), 8, "8 MiB in flight");
+    assert!(
+        lane.take(MAX_FLYING).unwrap().is_empty(),
+        "the budget is spent"
+    );
+    let mut it = first.into_iter();
+    lane.finish(it.next().unwrap(), &Ok(()));
+    assert_eq!(
+        lane.take(MAX_FLYING).unwrap().len(),
+        1,
+        "one done, one more goes"
+    );
+}
