@@ -41,24 +41,7 @@ pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
     let http = &a.http;
     let asks = others.into_iter().map(|(id, addr)| async move {
         let url = format!("http://{addr}/api/local/vdis/{}/clients", encode(name));
-        let res: Result<Vec<Client>> = async {
-            let resp = http
-                .get(&url)
-                .timeout(ASK_TIMEOUT)
-                .send()
-                .await
-                .map_err(|e| Error::unavailable(format!("{url}: {e}")))?;
-            if !resp.status().is_success() {
-                return Err(Error::unavailable(format!(
-                    "{url} answered {}",
-                    resp.status()
-                )));
-            }
-            resp.json()
-                .await
-                .map_err(|e| Error::unavailable(format!("{url}: bad answer: {e}")))
-        }
-        .await;
+        let res: Result<Vec<Client>> = ask(http.get(&url).timeout(ASK_TIMEOUT), &url).await;
         (id, res)
     });
     let mut out = VdiClients {
@@ -93,9 +76,32 @@ fn up_admins(a: &Admin) -> Vec<(NodeId, String)> {
         .collect()
 }
 
+/// Send `req` (to `url`) to another node's admin API and decode its JSON answer;
+/// a failure to connect, a non-success status (with its body) or a bad answer is an
+/// `Unavailable` error naming the URL.
+pub(crate) async fn ask<T: serde::de::DeserializeOwned>(
+    req: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<T> {
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| Error::unavailable(format!("{url}: {e}")))?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        return Err(Error::unavailable(format!(
+            "{url} answered {status}: {body}"
+        )));
+    }
+    resp.json()
+        .await
+        .map_err(|e| Error::unavailable(format!("{url}: bad answer: {e}")))
+}
+
 /// Percent-encode a VDI name for a URL path (names are checked to be plain, but a
 /// name is never trusted to be).
-fn encode(name: &str) -> String {
+pub(crate) fn encode(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::admin::{Admin, ApiResult};
+use crate::clients::{ask, encode};
 
 /// How long a holder is given to report its lag.
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
@@ -102,23 +103,6 @@ fn holder(a: &Admin, info: &VdiInfo) -> Option<(NodeId, String)> {
     Some((node.id, node.admin_addr.clone()))
 }
 
-async fn ask<T: serde::de::DeserializeOwned>(req: reqwest::RequestBuilder, url: &str) -> Result<T> {
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| Error::unavailable(format!("{url}: {e}")))?;
-    if !resp.status().is_success() {
-        let status = resp.status();
-        let body = resp.text().await.unwrap_or_default();
-        return Err(Error::unavailable(format!(
-            "{url} answered {status}: {body}"
-        )));
-    }
-    resp.json()
-        .await
-        .map_err(|e| Error::unavailable(format!("{url}: bad answer: {e}")))
-}
-
 /// `GET /api/local/vdis/{name}/lag`.
 async fn local_lag(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<LagReport> {
     let info = a.find_vdi(&name)?;
@@ -134,7 +118,7 @@ async fn lag(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<LagR
     if node == a.meta.node_id() {
         return Ok(Json(here(&a, &info)));
     }
-    let url = format!("http://{addr}/api/local/vdis/{}/lag", info.name);
+    let url = format!("http://{addr}/api/local/vdis/{}/lag", encode(&info.name));
     let r: LagReport = ask(a.http.get(&url).timeout(ASK_TIMEOUT), &url)
         .await
         .map_err(|e| {
@@ -213,7 +197,7 @@ async fn sync(
     if node == a.meta.node_id() {
         return local_sync(State(a), Path(name), Json(req)).await;
     }
-    let url = format!("http://{addr}/api/local/vdis/{}/sync", info.name);
+    let url = format!("http://{addr}/api/local/vdis/{}/sync", encode(&info.name));
     let call = a
         .http
         .post(&url)
