@@ -4,7 +4,6 @@ use anyhow::{bail, Result};
 use clap::Args;
 use drove_daemon::wan::{LagReport, SyncReport, SyncRequest};
 use drove_paperbench::config::parse_duration_ms;
-use drove_types::WritePolicy;
 use std::time::Duration;
 
 use crate::client::{print_json, Ctx};
@@ -72,14 +71,10 @@ pub fn describe(l: &LagReport) -> String {
     )
 }
 
-/// The lag line of `vdi info` for a zone-sync VDI (None for sync), or why it is
-/// not known.
-pub async fn info_line(ctx: &Ctx, name: &str, policy: WritePolicy) -> Option<String> {
-    if policy != WritePolicy::ZoneSync {
-        return None;
-    }
-    Some(match lag(ctx, name).await {
-        Ok(l) => describe(&l),
+/// The lag line of `vdi info`: the lag, or why it is not known.
+pub fn lag_line(lag: &Result<LagReport>) -> String {
+    match lag {
+        Ok(l) => describe(l),
         Err(e) => format!("unknown ({e:#})"),
-    })
+    }
 }

@@ -212,23 +212,21 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         }
         VdiCmd::Info { name } => {
             let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
-            let lag = crate::sync_cmd::info_line(ctx, &name, d.info.policy).await;
+            // A zone-sync VDI's lag, asked of its writer once.
+            let lag = match d.info.policy {
+                drove_types::WritePolicy::ZoneSync => Some(crate::sync_cmd::lag(ctx, &name).await),
+                drove_types::WritePolicy::Sync => None,
+            };
             if ctx.json {
                 // The writer's lag joins the record (null for a sync VDI, or when
                 // the writer did not answer).
                 let mut v = serde_json::to_value(&d)?;
-                let l = match d.info.policy {
-                    drove_types::WritePolicy::ZoneSync => {
-                        crate::sync_cmd::lag(ctx, &name).await.ok()
-                    }
-                    drove_types::WritePolicy::Sync => None,
-                };
-                v["lag"] = serde_json::to_value(l)?;
+                v["lag"] = serde_json::to_value(lag.and_then(Result::ok))?;
                 return print_json(&v);
             }
             show(ctx, &d)?;
             if let Some(l) = lag {
-                println!("lag:         {l}");
+                println!("lag:         {}", crate::sync_cmd::lag_line(&l));
             }
             Ok(())
         }
