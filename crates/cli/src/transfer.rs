@@ -209,9 +209,7 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
                 min_copies: a.min_copies,
                 home_zone: None,
                 home_copies: None,
-                policy: None,
-                max_lag_ms: None,
-                max_lag_bytes: None,
+                write: Default::default(),
             },
         )
         .await?;

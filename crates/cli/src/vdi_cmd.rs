@@ -140,9 +140,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         min_copies,
                         home_zone,
                         home_copies,
-                        policy: policy.policy,
-                        max_lag_ms: policy.max_lag_ms,
-                        max_lag_bytes: policy.max_lag_bytes,
+                        write: policy,
                     },
                 )
                 .await?;

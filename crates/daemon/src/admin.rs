@@ -181,7 +181,7 @@ async fn create_vdi(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let policy = parse_policy(req.policy.as_deref())?.unwrap_or_default();
+    let policy = parse_policy(req.write.policy.as_deref())?.unwrap_or_default();
     let reply = a
         .meta
         .execute(Command::CreateVdi {
@@ -194,8 +194,8 @@ async fn create_vdi(
             home_zone: req.home_zone,
             home_copies: req.home_copies,
             policy,
-            max_lag_ms: req.max_lag_ms,
-            max_lag_bytes: req.max_lag_bytes,
+            max_lag_ms: req.write.max_lag_ms,
+            max_lag_bytes: req.write.max_lag_bytes,
         })
         .await?;
     let mut info = expect_vdi(reply)?;

@@ -24,19 +24,15 @@ pub struct CreateVdi {
     /// Copies in the home zone; min(2, copies) when absent.
     #[serde(default)]
     pub home_copies: Option<u8>,
-    /// Write policy, `sync` or `zone-sync`; sync when absent. A string, so that a
-    /// bad one is refused with the API's own error body.
-    #[serde(default)]
-    pub policy: Option<String>,
-    /// Zone-sync lag bound in milliseconds; the default (5 s) when absent.
-    #[serde(default)]
-    pub max_lag_ms: Option<u32>,
-    /// Zone-sync lag bound in bytes; the default (256 MiB) when absent.
-    #[serde(default)]
-    pub max_lag_bytes: Option<u64>,
+    /// Write policy and zone-sync lag bounds (the same fields as
+    /// `POST /api/vdis/{name}/policy`, at the top level): sync and the defaults (5 s,
+    /// 256 MiB) for what is absent.
+    #[serde(flatten)]
+    pub write: Policy,
 }
 
-/// `POST /api/vdis/{name}/policy`: what to change (at least one).
+/// `POST /api/vdis/{name}/policy`: what to change (at least one). A policy is a
+/// string, so that a bad one is refused with the API's own error body.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Policy {
     /// New write policy, `sync` or `zone-sync`.
