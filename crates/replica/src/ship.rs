@@ -220,8 +220,11 @@ fn span_of(op: &Op) -> (u64, u64) {
 }
 
 impl State {
+    /// When the oldest entry queued or in flight was queued. The queue is in the
+    /// order entries were pushed (under the lock, with the time of the push), so
+    /// its front is its oldest; every admission asks, and the queue may be long.
     fn oldest(&self) -> Option<Instant> {
-        let q = self.queue.iter().map(|e| e.at).min();
+        let q = self.queue.front().map(|e| e.at);
         let f = self.flying.iter().map(|f| f.at).min();
         q.into_iter().chain(f).min()
     }
