@@ -38,8 +38,11 @@ pub(crate) const MAX_FLYING: usize = 128;
 pub(crate) const MAX_FLYING_BYTES: u64 = 8 << 20;
 /// The largest merged write: 1 MiB.
 pub(crate) const MERGE_MAX: usize = 1 << 20;
-/// Bytes a lane admits before it has measured how fast it ships.
-pub(crate) const FIRST_ALLOWANCE: u64 = 1 << 20;
+/// Bytes a lane admits before it has measured how fast it ships. Small: shipping it
+/// must fit in half the lag bound on any link zone-sync is used over (at 1 MiB, a
+/// 512 KB/s link took 2 s for the first allowance alone and a lag reached 3.8 s
+/// against a 2 s bound in e2e_zonesync's home-zone-loss test).
+pub(crate) const FIRST_ALLOWANCE: u64 = 256 << 10;
 /// Entries of a queue looked at for one batch (the queue may hold many thousand).
 const SCAN: usize = 1024;
 /// A lane's shipping rate is sampled over windows at least this long.
@@ -271,9 +274,11 @@ impl State {
         }
     }
 
-    /// Count `shipped` bytes done at `now` into the rate: a window opens at a
-    /// completion (whose bytes were shipped before it, so they are not counted) and
-    /// closes at the first completion `RATE_WINDOW` later. A slower sample replaces
+    /// Count `shipped` bytes done at `now` into the rate: a window opens when a busy
+    /// spell starts (nothing shipped before it) or at a completion (whose bytes were
+    /// shipped before it, so they are not counted) and closes at the first
+    /// completion `RATE_WINDOW` later. The first sample thus comes with the first
+    /// completion that late, however long one shipment takes on a slow link. A slower sample replaces
     /// the rate at once (a link that slows down must stop admissions now); a faster
     /// one raises it gradually.
     fn sample_rate(&mut self, shipped: u64, now: Instant) {
@@ -363,8 +368,9 @@ impl Lane {
                     st.next_seq += 1;
                     if st.queue.is_empty() && st.flying.is_empty() {
                         // A new busy spell: the link may not be what it was, so
-                        // its rate is measured afresh (the first allowance until).
-                        st.window = None;
+                        // its rate is measured afresh from now (the first
+                        // allowance until).
+                        st.window = Some((now, 0));
                         st.rate = None;
                     }
                     st.bytes += weight;

@@ -19,6 +19,7 @@ fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
         policy: drove_types::WritePolicy::ZoneSync,
         max_lag_ms: Some(max_ms),
         max_lag_bytes: Some(max_bytes),
+        past_homes: Vec::new(),
     })
 }
 
@@ -136,19 +137,19 @@ async fn test_a_sequential_stream_is_merged_up_to_the_limit() {
 #[tokio::test]
 async fn test_admission_stops_at_the_byte_bound_and_resumes_when_shipped() {
     let lane = Arc::new(Lane::default());
-    let v = vdi(60_000, 1 << 20);
-    // The first write is always admitted; then the first allowance (1 MiB) and the
-    // bound (1 MiB) apply.
-    push(&lane, &v, 0, write(0, 512 << 10, 1)).await;
-    push(&lane, &v, 1, write(0, 400 << 10, 2)).await;
+    // A bound of 200 KiB, below the first allowance (256 KiB): the bound stops it.
+    let v = vdi(60_000, 200 << 10);
+    assert!(200 << 10 < FIRST_ALLOWANCE);
+    push(&lane, &v, 0, write(0, 100 << 10, 1)).await;
+    push(&lane, &v, 1, write(0, 80 << 10, 2)).await;
     let lag = lane.lag();
     assert_eq!(lag.writes, 2);
     let l2 = lane.clone();
     let v2 = v.clone();
-    let blocked = tokio::spawn(async move { push(&l2, &v2, 2, write(0, 200 << 10, 3)).await });
+    let blocked = tokio::spawn(async move { push(&l2, &v2, 2, write(0, 50 << 10, 3)).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!blocked.is_finished(), "over the bound: the writer waits");
-    assert!(lane.lag().bytes <= 1 << 20);
+    assert!(lane.lag().bytes <= 200 << 10);
     let batch = lane.take(MAX_FLYING).unwrap();
     for e in batch {
         lane.finish(e, &Ok(()));

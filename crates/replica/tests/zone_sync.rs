@@ -80,13 +80,14 @@ async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_orde
     gw.drain(&v).await.unwrap();
     freeze(&relays, true);
     let start = Instant::now();
-    // Twenty writes over the same 8 KiB, then a sequential run after them.
+    // Twenty writes over the same 8 KiB, then a sequential run after them: 224 KiB,
+    // within the first allowance a lane has before it measured a rate (256 KiB).
     for seed in 1..=20u8 {
         gw.write(&v, oid, 0, pattern(seed, 8192), false, 1)
             .await
             .unwrap();
     }
-    for i in 0..64u64 {
+    for i in 0..16u64 {
         let at = 65536 + i * 4096;
         gw.write(&v, oid, at, pattern(i as u8, 4096), false, 1)
             .await
@@ -95,14 +96,14 @@ async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_orde
     let took = start.elapsed();
     assert!(
         took < Duration::from_secs(5),
-        "84 writes acknowledged without the far zone in {took:?}"
+        "36 writes acknowledged without the far zone in {took:?}"
     );
     let lag = gw.lag(v.id);
     assert!(
         lag.writes > 0 && lag.bytes >= 8192,
         "a lag while far is frozen: {lag:?}"
     );
-    let want = stored(&nodes[0], oid, 65536 + 64 * 4096).unwrap();
+    let want = stored(&nodes[0], oid, 65536 + 16 * 4096).unwrap();
     assert_eq!(
         stored(&nodes[1], oid, want.len()).unwrap(),
         want,
@@ -133,14 +134,15 @@ async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_orde
     let text = nodes[0].metrics.encode();
     let written = metric(&text, "drove_gateway_written_bytes_total");
     let crossed = metric(&text, "drove_gateway_cross_zone_bytes_total");
-    assert_eq!(written, 4096 + 20 * 8192 + 64 * 4096);
+    assert_eq!(written, 4096 + 20 * 8192 + 16 * 4096);
     assert!(crossed <= written, "crossed {crossed} of {written}");
     assert!(metric(&text, "drove_zone_sync_shipped_bytes_total") >= 20 * 8192);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_writer_waits_at_the_lag_bound_and_goes_on_when_the_far_zone_thaws() {
-    // 1 MiB and 2 s: the bytes bind first.
+    // 1 MiB and 2 s; the far zone freezes before the lane measured a rate, so its
+    // first allowance (256 KiB) binds before either.
     let v = zoned_vdi(WritePolicy::ZoneSync, 2_000, 1 << 20);
     let (nodes, relays) = cluster_of(&v).await;
     let gw = nodes[0].gateway.clone();
@@ -169,10 +171,10 @@ async fn test_a_writer_waits_at_the_lag_bound_and_goes_on_when_the_far_zone_thaw
     }
     let stuck = acked.load(Ordering::SeqCst);
     assert!(stuck < 64, "the writer waits while the far zone is frozen");
-    assert!(worst <= 1 << 20, "lag {worst} within its 1 MiB bound");
+    assert!(worst <= 256 << 10, "lag {worst} within the first allowance");
     assert!(
-        stuck >= 8,
-        "it got as far as the bound: {stuck} writes of 64 KiB"
+        stuck >= 3,
+        "it got as far as the first allowance: {stuck} writes of 64 KiB"
     );
     let text = nodes[0].metrics.encode();
     assert!(metric(&text, "drove_zone_sync_throttled_writes_total") >= 1);
