@@ -686,7 +686,8 @@ impl Recoverer {
     }
 
     /// Delete copies this node no longer holds once every holder has a current copy
-    /// with the same content; returns how many such copies are still here.
+    /// with the same content or a newer version (written since the copy moved away,
+    /// which this one never will be); returns how many such copies are still here.
     async fn collect_moved(&self, view: &View) -> Result<usize> {
         let mut left = 0;
         let local = blocking(self.local.store(), |s| s.list()).await?;
@@ -704,9 +705,11 @@ impl Recoverer {
                 .await;
             left += 1;
             let confirmed = ds.len() == placed.len()
-                && ds
-                    .iter()
-                    .all(|(_, d)| d.current && !d.corrupt && (mine.corrupt || d.crc == mine.crc));
+                && ds.iter().all(|(_, d)| {
+                    d.current
+                        && !d.corrupt
+                        && (mine.corrupt || d.crc == mine.crc || d.version > mine.version)
+                });
             if confirmed {
                 let cu = self.local.catchup();
                 let _held = cu.copy_lock(oid).await;
@@ -820,6 +823,7 @@ mod tests {
             policy: Default::default(),
             max_lag_ms: None,
             max_lag_bytes: None,
+            past_homes: Vec::new(),
         };
         // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
         // the third node takes its place. Epoch 3: that holder is removed.
