@@ -9,6 +9,7 @@ mod lineage_cmd;
 mod log_file;
 mod log_limit;
 mod logging;
+mod move_cmd;
 mod node_cmd;
 mod policy_cmd;
 mod procs;

@@ -192,6 +192,7 @@ mod tests {
             policy: WritePolicy::Sync,
             max_lag_ms: None,
             max_lag_bytes: None,
+            past_homes: Vec::new(),
         };
         assert_eq!(describe(&i), "sync");
         i.policy = WritePolicy::ZoneSync;

@@ -77,14 +77,12 @@ pub enum VdiCmd {
     /// Show snapshots and clones as a tree, with the space each really uses.
     Tree,
     /// Ask the node writing a VDI to flush and hand its write lock to node TO (live
-    /// migration: run it when the destination takes over).
-    Handover {
-        /// Name.
-        name: String,
-        /// Node id that takes the lock.
-        #[arg(long)]
-        to: u64,
-    },
+    /// migration: run it when the destination takes over), and wait until it has. To
+    /// a node of another zone, the VDI's home zone moves there too.
+    Handover(crate::move_cmd::HandoverArgs),
+    /// Make ZONE the home of a VDI whose home zone has no node up (a datacenter
+    /// lost), so that a node there may write it; says first what may be missing.
+    Promote(crate::move_cmd::PromoteArgs),
     /// Grow a VDI to SIZE (shrinking is refused).
     Resize {
         /// Name.
@@ -267,17 +265,8 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Rollback(a) => crate::lineage_cmd::rollback(a, ctx).await,
         VdiCmd::Flatten(a) => crate::lineage_cmd::flatten(a, ctx).await,
         VdiCmd::Tree => crate::lineage_cmd::tree(ctx).await,
-        VdiCmd::Handover { name, to } => {
-            let d: VdiDetail = ctx
-                .post(
-                    &format!("/api/vdis/{}/handover", encode(&name)),
-                    &drove_daemon::api::Handover {
-                        to: drove_types::NodeId(to),
-                    },
-                )
-                .await?;
-            show(ctx, &d)
-        }
+        VdiCmd::Handover(a) => crate::move_cmd::handover(a, ctx).await,
+        VdiCmd::Promote(a) => crate::move_cmd::promote(a, ctx).await,
         VdiCmd::Resize { name, size } => {
             let size = parse_size(&size)?;
             let d: VdiDetail = ctx
@@ -341,6 +330,14 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
             i.home_copies.unwrap_or(2).min(i.copies)
         ),
         None => println!("home zone:   none yet (the first writer's zone)"),
+    }
+    if let Some(p) = i.previous_home() {
+        println!(
+            "             moved from {} at epoch {} (drove cluster status shows the copies \
+             catching up)",
+            p.zone.as_deref().unwrap_or("none"),
+            p.until.0
+        );
     }
     println!("policy:      {}", crate::policy_cmd::describe(i));
     println!("kind:        {}", kind(i));

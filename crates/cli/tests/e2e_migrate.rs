@@ -130,23 +130,29 @@ fn assert_records(disk: &[u8], last: u64) {
     }
 }
 
-/// The old gateway (node 0, where the paused source is still attached) must refuse
-/// a write into record 1 after the handover, and the record must stay as it was.
-fn assert_old_gateway_refuses_writes(c: &Cluster, vdi: &str, dir: &Path) {
+/// The old gateway (node `old`, where the paused source is still attached) must
+/// refuse a write into record 1 after the handover, and the record must stay as it
+/// was (read through node `reader`).
+fn assert_old_gateway_refuses_writes(
+    c: &Cluster,
+    old: usize,
+    vdi: &str,
+    (reader, dir): (usize, &Path),
+) {
     let offset = (LOG_BASE + 1) * 512;
     let o = run(Command::new("qemu-io").args([
         "-f",
         "raw",
         "-c",
         &format!("write -P 0x55 {offset} 512"),
-        &c.nodes[0].uri(vdi),
+        &c.nodes[old].uri(vdi),
     ]));
     let t = text(&o);
     assert!(
         t.contains("Operation not permitted"),
         "a write through the old gateway must fail with EPERM: {t}"
     );
-    let disk = read_disk(&c.nodes[2].uri(vdi), dir, LOG_BASE + 2);
+    let disk = read_disk(&c.nodes[reader].uri(vdi), dir, LOG_BASE + 2);
     assert_eq!(sector_text(&disk, LOG_BASE + 1), "DROVE-REC 1\n");
 }
 
@@ -217,30 +223,27 @@ fn stop_guest(vm: &mut Vm) {
     assert!(status.success(), "QEMU: {status} {}", vm.qemu_errors());
 }
 
-#[test]
-fn test_live_migration_between_two_nodes_loses_no_write_and_fences_the_old_gateway() {
-    let Some(kit) = require_ok(VmKit::find()) else {
-        return;
-    };
-    if !require(&["qemu-io", "qemu-img"]) {
-        return;
-    }
-    let c = Cluster::start(3, 3);
-    c.create_vdi("mig", "32M", &["--copies", "3"]);
+/// Run the guest on node `from`, migrate it to node `to` while it writes, and check
+/// everything through node `reader` (see the module doc). Returns the last record.
+fn migrate_while_writing(
+    kit: &VmKit,
+    c: &Cluster,
+    (from, to, reader): (usize, usize, usize),
+) -> u64 {
     let tmp = tempfile::tempdir().unwrap();
     let initrd = kit.initramfs(&tmp.path().join("initrd"), &guest_script());
 
     let mut source = kit.start(
         &initrd,
-        &c.nodes[0].uri("mig"),
+        &c.nodes[from].uri("mig"),
         &tmp.path().join("src"),
         Start::Boot,
     );
     wait_for_tick(&source, TICKS_PER_SIDE, "the loop to run on the source");
 
     let dst_dir = tmp.path().join("dst");
-    let mut destination = kit.start(&initrd, &c.nodes[1].uri("mig"), &dst_dir, Start::Incoming);
-    let migration = migrate_and_hand_over(&c, "mig", &mut source, &mut destination, 1);
+    let mut destination = kit.start(&initrd, &c.nodes[to].uri("mig"), &dst_dir, Start::Incoming);
+    let migration = migrate_and_hand_over(c, "mig", &mut source, &mut destination, to);
     let paused_at = last_tick(&source);
 
     // The paused source stays attached to node 0 while the guest writes through
@@ -251,19 +254,95 @@ fn test_live_migration_between_two_nodes_loses_no_write_and_fences_the_old_gatew
         paused_at + TICKS_PER_SIDE,
         "the loop to go on on the destination",
     );
-    assert_old_gateway_refuses_writes(&c, "mig", tmp.path());
+    assert_old_gateway_refuses_writes(c, from, "mig", (reader, tmp.path()));
     source.quit();
 
     stop_guest(&mut destination);
 
     let last = assert_consoles(&source.console(), &destination.console());
     let disk = read_disk(
-        &c.nodes[2].uri("mig"),
+        &c.nodes[reader].uri("mig"),
         tmp.path(),
         LOG_BASE + last as usize + 1,
     );
     assert_records(&disk, last);
     eprintln!(
-        "migrated in {migration:?} after tick {paused_at}; {last} records verified through node 2"
+        "migrated in {migration:?} after tick {paused_at}; {last} records verified through node {}",
+        c.nodes[reader].id
     );
+    last
+}
+
+#[test]
+fn test_live_migration_between_two_nodes_loses_no_write_and_fences_the_old_gateway() {
+    let Some(kit) = require_ok(VmKit::find()) else {
+        return;
+    };
+    if !require(&["qemu-io", "qemu-img"]) {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("mig", "32M", &["--copies", "3"]);
+    migrate_while_writing(&kit, &c, (0, 1, 2));
+}
+
+/// How many object files of VDI `id` node `i` stores.
+fn objects_on(c: &Cluster, i: usize, id: u64) -> usize {
+    let dir = Path::new(&c.nodes[i].data).join(format!("store/objects/{id:08x}"));
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|g| std::fs::read_dir(g.path()).into_iter().flatten().flatten())
+        .filter(|f| f.path().extension().is_none())
+        .count()
+}
+
+fn vdi_json(c: &Cluster, name: &str) -> serde_json::Value {
+    let o = c.drove(0, &["vdi", "info", name, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The VM migrates from a node of zone z1 to a node of zone z3 (a move between
+/// datacenters) while writing a zone-sync VDI: nothing is lost, the home zone moves
+/// to z3, and the objects follow in the background until both z3 nodes hold every
+/// object and the copies that moved away are dropped.
+#[test]
+fn test_live_migration_to_another_zone_moves_the_home_zone_and_the_objects() {
+    let Some(kit) = require_ok(VmKit::find()) else {
+        return;
+    };
+    if !require(&["qemu-io", "qemu-img"]) {
+        return;
+    }
+    // Six nodes round-robin in three zones: nodes 0 and 3 in z1, 2 and 5 in z3.
+    let c = Cluster::start(6, 3);
+    let zone = |i: usize| c.nodes[i].zone.clone();
+    assert_eq!(
+        (zone(0), zone(3), zone(2), zone(5)),
+        ("z1".into(), "z1".into(), "z3".into(), "z3".into())
+    );
+    c.create_vdi("mig", "32M", &["--copies", "3", "--policy", "zone-sync"]);
+    migrate_while_writing(&kit, &c, (0, 2, 4));
+    let v = vdi_json(&c, "mig");
+    assert_eq!(v["home_zone"], "z3", "{v}");
+    assert_eq!(v["past_homes"][0]["zone"], "z1", "{v}");
+    let id = v["id"].as_u64().unwrap();
+    let mut held = Vec::new();
+    wait_until(
+        Duration::from_secs(180),
+        "the objects to move to z3",
+        || {
+            held = (0..6).map(|i| objects_on(&c, i, id)).collect();
+            // Both z3 nodes hold every object and no object has more than its three
+            // copies (the third may stay in z1: one copy per other zone).
+            held[2] > 0 && held[2] == held[5] && held.iter().sum::<usize>() == 3 * held[2]
+        },
+    );
+    eprintln!("objects per node after the move: {held:?}");
+    let o = c.drove(4, &["vdi", "check", "mig", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let check: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(check["identical"], check["objects"], "{check}");
 }

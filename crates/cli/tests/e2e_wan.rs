@@ -213,3 +213,89 @@ fn test_write_policy_is_set_at_create_and_changed_by_vdi_set() {
     assert!(answer.contains("Unknown write policy 'fast'"), "{answer}");
     assert_eq!(info(&c, "p")["policy"], "sync");
 }
+
+/// `drove vdi handover` to a node of another zone while nobody writes: the home
+/// zone moves there at once (a new epoch), the objects follow in the background,
+/// and reads through a third zone return the data all along: right after the move
+/// (the new holders still copying) and after it.
+#[test]
+fn test_a_handover_to_another_zone_moves_the_home_and_the_data_stays_readable() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    // Six nodes round-robin in three zones: 0 and 3 in z1, 1 and 4 in z2, 2 and 5 in z3.
+    let c = Cluster::start(6, 3);
+    // Slow copies, so that the reads below meet objects still being moved.
+    let o = c.drove(0, &["cluster", "config", "--recovery-rate", "4"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi(
+        "mv",
+        "64M",
+        &[
+            "--copies",
+            "3",
+            "--policy",
+            "zone-sync",
+            "--home-zone",
+            "z1",
+        ],
+    );
+    let out = qemu_io(&c.nodes[0].uri("mv"), &["write -P 0x5a 0 48M".into()]);
+    assert!(out.contains("wrote 50331648/50331648"), "{out}");
+    let id = info(&c, "mv")["id"].as_u64().unwrap();
+    let before = objects_per_node(&c, id);
+    assert_eq!(
+        (before[&c.nodes[0].id], before[&c.nodes[3].id]),
+        (12, 12),
+        "{before:?}"
+    );
+
+    let to = c.nodes[2].id.to_string();
+    let o = c.drove(1, &["vdi", "handover", "mv", "--to", &to, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&r["home_zone_before"], &r["home_zone"]),
+        (&Value::from("z1"), &Value::from("z3")),
+        "{r}"
+    );
+    let v = info(&c, "mv");
+    assert_eq!(v["home_zone"], "z3", "{v}");
+
+    // Read through z2 at once, while z3's nodes are still copying.
+    let read = qemu_io(&c.nodes[1].uri("mv"), &["read -P 0x5a 0 48M".into()]);
+    assert!(read.contains("read 50331648/50331648"), "{read}");
+    // The new home writes.
+    let out = qemu_io(&c.nodes[2].uri("mv"), &["write -P 0x6b 8M 4M".into()]);
+    assert!(out.contains("wrote 4194304/4194304"), "{out}");
+
+    let mut held = BTreeMap::new();
+    wait_until(
+        std::time::Duration::from_secs(180),
+        "the objects to reach z3",
+        || {
+            held = objects_per_node(&c, id);
+            // Both z3 nodes hold every object, and the copies that moved away are
+            // gone (an object's third copy may stay in z1: one per other zone).
+            held[&c.nodes[2].id] == 12
+                && held[&c.nodes[5].id] == 12
+                && held.values().sum::<usize>() == 36
+        },
+    );
+    eprintln!("objects per node after the move: {held:?}");
+    for (off, len, pat) in [
+        (0, 8 << 20, 0x5a),
+        (8 << 20, 4 << 20, 0x6b),
+        (12 << 20, 36 << 20, 0x5a),
+    ] {
+        let r = qemu_io(
+            &c.nodes[1].uri("mv"),
+            &[format!("read -P {pat} {off} {len}")],
+        );
+        assert!(r.contains(&format!("read {len}/{len}")), "{r}");
+    }
+    let o = c.drove(1, &["vdi", "check", "mv", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let check: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(check["identical"], check["objects"], "{check}");
+}

@@ -242,3 +242,262 @@ fn test_the_lag_stays_within_its_bound_when_the_writer_outruns_the_link() {
     assert!(o.status.success(), "{}", text(&o));
     checked_identical(c, "lag");
 }
+
+/// Writes 4 KiB blocks one at a time at 4 KiB * n for n = 0, 1, ... through NBD URI
+/// argv[1], block n starting with "DROVE-SEQ n" and filled with byte n % 251; after
+/// each acknowledgement prints "n unix-time". Ends at the first error or at argv[2]
+/// blocks.
+const WRITER: &str = r#"
+import nbd, sys, time
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+for n in range(int(sys.argv[2])):
+    head = ("DROVE-SEQ %d\n" % n).encode()
+    buf = head + bytes([n % 251]) * (4096 - len(head))
+    try:
+        h.pwrite(buf, n * 4096)
+    except Exception as e:
+        print("error", e, flush=True)
+        break
+    print(n, time.time(), flush=True)
+"#;
+
+/// The block `WRITER` writes as number `n`.
+fn block(n: u64) -> Vec<u8> {
+    let head = format!("DROVE-SEQ {n}\n").into_bytes();
+    let mut b = head.clone();
+    b.resize(4096, (n % 251) as u8);
+    b
+}
+
+/// The acknowledged blocks in a writer's output: (number, unix time of the ack).
+fn acked(out: &str) -> Vec<(u64, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let (n, t) = l.split_once(' ')?;
+            Some((n.parse().ok()?, t.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The first `blocks` 4 KiB blocks of VDI `name`, read through node `i`.
+fn read_blocks(c: &Cluster, i: usize, name: &str, blocks: u64) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("disk.raw");
+    let o = run(Command::new("qemu-img").args([
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "raw",
+        &uri(c, i, name),
+        out.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "qemu-img convert: {}", text(&o));
+    let mut disk = std::fs::read(&out).unwrap();
+    disk.truncate((blocks * 4096) as usize);
+    disk
+}
+
+fn status(c: &Cluster, i: usize) -> Value {
+    json_of(c, i, &["cluster", "status", "--json"])
+}
+
+/// Every node of the home zone is killed while a sync and a zone-sync VDI are
+/// written through one of them over a slow, throttled WAN. Both stay readable from
+/// the other zone; after `drove vdi promote` they are writable there. The sync VDI
+/// has every acknowledged write; the zone-sync VDI misses only writes acknowledged
+/// within the lag bound that promote states before it acts.
+#[test]
+fn test_losing_the_home_zone_loses_nothing_under_sync_and_at_most_the_stated_lag_under_zone_sync() {
+    let Some(w) = wan_cluster() else { return };
+    if !require(&["qemu-img", "qemu-io"]) {
+        return;
+    }
+    let py = "/usr/bin/python3";
+    let have_nbd = Command::new(py)
+        .args(["-c", "import nbd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !require_ok(if have_nbd {
+        Ok(())
+    } else {
+        Err("python3-libnbd is not installed (scripts/install-deps.sh installs it)".to_string())
+    })
+    .is_some()
+    {
+        return;
+    }
+    let c = &w.c;
+    // The home is the zone with fewer metadata voters: the others keep a majority.
+    let voters: Vec<u64> = status(c, 0)["voters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let votes = |z: &str| {
+        c.nodes
+            .iter()
+            .filter(|n| n.zone == z && voters.contains(&n.id))
+            .count()
+    };
+    let (home, far) = if votes("z1") <= votes("z2") {
+        ("z1", "z2")
+    } else {
+        ("z2", "z1")
+    };
+    let home_nodes: Vec<usize> = (0..c.nodes.len())
+        .filter(|&i| c.nodes[i].zone == home)
+        .collect();
+    let f = (0..c.nodes.len())
+        .find(|&i| c.nodes[i].zone == far)
+        .unwrap();
+    let o = c.drove(f, &["cluster", "config", "--down-after", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let g = home_nodes[0];
+    for (name, policy) in [("sy", "sync"), ("zs", "zone-sync")] {
+        c.create_vdi(
+            name,
+            "64M",
+            &[
+                "--copies",
+                "3",
+                "--policy",
+                policy,
+                "--home-zone",
+                home,
+                "--max-lag",
+                "2s",
+            ],
+        );
+    }
+    // A slow WAN from the home zone: 10 ms each way, 512 KB/s to the far zone.
+    for p in &w.all {
+        w.toxi.add_latency(p, 10).unwrap();
+    }
+    for p in &w.all {
+        let from_home = c
+            .nodes
+            .iter()
+            .any(|n| n.zone == home && p.starts_with(&format!("p{}-", n.id)));
+        if from_home {
+            w.toxi.add_bandwidth(p, 512).unwrap();
+        }
+    }
+    let writers: Vec<_> = ["sy", "zs"]
+        .iter()
+        .map(|name| {
+            Command::new(py)
+                .args(["-c", WRITER, &uri(c, g, name), "16384"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    let lag = drove_paperbench::http::get_ok(
+        &c.nodes[g].admin,
+        "/api/vdis/zs/lag",
+        Duration::from_secs(5),
+    )
+    .expect("lag answers");
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    for &i in &home_nodes {
+        c.kill(i);
+    }
+    let outs: Vec<String> = writers
+        .into_iter()
+        .map(|w| String::from_utf8_lossy(&w.wait_with_output().unwrap().stdout).to_string())
+        .collect();
+    let (sy_acked, zs_acked) = (acked(&outs[0]), acked(&outs[1]));
+    assert!(!sy_acked.is_empty() && !zs_acked.is_empty(), "{outs:?}");
+    wait_until(
+        Duration::from_secs(120),
+        "the home zone marked down",
+        || {
+            let s = status(c, f);
+            home_nodes
+                .iter()
+                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "Down")
+        },
+    );
+
+    // Promote: the zone-sync VDI first says what may be missing and changes nothing.
+    let o = c.drove(f, &["vdi", "promote", "zs", "--zone", far]);
+    assert!(!o.status.success(), "promote without --yes: {}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("may miss") && said.contains("2.0 s") && said.contains("--yes"),
+        "{said}"
+    );
+    assert_eq!(
+        json_of(c, f, &["vdi", "info", "zs", "--json"])["home_zone"],
+        home
+    );
+    let zs = json_of(
+        c,
+        f,
+        &["vdi", "promote", "zs", "--zone", far, "--yes", "--json"],
+    );
+    assert_eq!(zs["home_zone"], far, "{zs}");
+    assert_eq!(zs["may_lose"]["ms"], 2000, "{zs}");
+    let max_bytes = zs["may_lose"]["bytes"].as_u64().unwrap();
+    let sy = json_of(c, f, &["vdi", "promote", "sy", "--zone", far, "--json"]);
+    assert_eq!(
+        (&sy["home_zone"], &sy["may_lose"]),
+        (&Value::from(far), &Value::Null),
+        "{sy}"
+    );
+
+    // Read back through the far zone.
+    let check = |name: &str, acks: &[(u64, f64)]| -> (usize, f64) {
+        let n = acks.last().unwrap().0 + 1;
+        let disk = read_blocks(c, f, name, n);
+        let mut missing = 0;
+        let mut oldest_missing = f64::INFINITY;
+        for &(k, t) in acks {
+            let at = (k * 4096) as usize;
+            if disk[at..at + 4096] != block(k)[..] {
+                missing += 1;
+                oldest_missing = oldest_missing.min(t);
+            }
+        }
+        (missing, killed_at - oldest_missing)
+    };
+    let (sy_missing, _) = check("sy", &sy_acked);
+    let (zs_missing, zs_age) = check("zs", &zs_acked);
+    eprintln!(
+        "home zone {home} killed: sync {} writes acknowledged, {sy_missing} missing; zone-sync \
+         {} acknowledged, {zs_missing} missing{} (lag just before the kill: {lag}; promote \
+         stated 2.0 s, {max_bytes} bytes)",
+        sy_acked.len(),
+        zs_acked.len(),
+        if zs_missing > 0 {
+            format!(", the oldest acknowledged {zs_age:.2} s before the kill")
+        } else {
+            String::new()
+        }
+    );
+    assert_eq!(sy_missing, 0, "sync loses no acknowledged write");
+    assert!(
+        zs_missing == 0 || zs_age <= 2.0,
+        "a zone-sync write acknowledged {zs_age} s before the kill is missing"
+    );
+    assert!((zs_missing as u64) * 4096 <= max_bytes);
+
+    // Writable from the far zone once the dead writer's lease has ended.
+    for name in ["sy", "zs"] {
+        let mut out = String::new();
+        wait_until(Duration::from_secs(60), "a write from the far zone", || {
+            out = qemu_io(&uri(c, f, name), &["write -P 0x42 32M 64k".into()]);
+            out.contains("wrote 65536/65536")
+        });
+        let back = qemu_io(&uri(c, f, name), &["read -P 0x42 32M 64k".into()]);
+        assert!(back.contains("read 65536/65536"), "{back}");
+    }
+}

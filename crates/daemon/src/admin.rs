@@ -81,6 +81,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/policy", post(set_policy))
+        .route("/api/vdis/{name}/promote", post(promote))
         .route("/api/vdis/{name}/check", post(check_vdi))
         .route("/api/vdis/{name}/clients", get(crate::clients::all_clients))
         .route(
@@ -254,6 +255,21 @@ async fn set_policy(
             policy: parse_policy(req.policy.as_deref())?,
             max_lag_ms: req.max_lag_ms,
             max_lag_bytes: req.max_lag_bytes,
+        })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+async fn promote(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Promote>,
+) -> ApiResult<api::VdiDetail> {
+    let reply = a
+        .meta
+        .execute(Command::PromoteVdi {
+            name,
+            zone: req.zone,
         })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))

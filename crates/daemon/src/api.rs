@@ -189,6 +189,13 @@ pub struct Handover {
     pub to: NodeId,
 }
 
+/// `POST /api/vdis/{name}/promote`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Promote {
+    /// The zone that becomes the home.
+    pub zone: String,
+}
+
 /// `POST /api/vdis/{name}/snapshot`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {

@@ -52,18 +52,13 @@ impl LockService for MetaLocks {
         match reply {
             Reply::Lock(l) => {
                 self.settler.after_grant(&l).await?;
-                // The state machine gives a VDI without a home zone the zone of its
-                // first lock holder (generation 1): this node's.
-                let home_zone = vdi.home_zone.clone().or_else(|| {
-                    let state = self.meta.state();
-                    let me = state.map.node(self.meta.node_id())?;
-                    (l.generation == 1 && !vdi.snapshot).then(|| me.zone.clone())
-                });
+                // The grant carries the home zone (the first one sets it, a hand-over
+                // to another zone or a promotion moves it).
                 Ok(Lease {
                     generation: l.generation,
                     duration: self.lease,
                     vdi: l.vdi,
-                    home_zone,
+                    home_zone: l.home_zone,
                 })
             }
             other => Err(Error::new(

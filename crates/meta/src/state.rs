@@ -111,6 +111,10 @@ pub struct VdiLock {
     /// the old lease and gets a new generation once it ends.
     #[serde(default)]
     pub incarnation: u64,
+    /// The VDI's home zone as of this grant or renewal: the gateway writes only once
+    /// its record of the VDI shows it (placement depends on it).
+    #[serde(default)]
+    pub home_zone: Option<String>,
 }
 
 /// Everything the metadata holds.
@@ -394,6 +398,16 @@ pub enum Command {
         /// The id the detaching gateway wrote.
         id: VdiId,
     },
+    /// Make `zone` the home zone of VDI `name` after its home zone was lost (no node
+    /// of it up): objects move there, and a node of `zone` may take the write lock of
+    /// a zone-sync VDI again. Refused while the home zone has a node up (hand the VDI
+    /// over instead). Replies [`Reply::Vdi`].
+    PromoteVdi {
+        /// VDI name.
+        name: String,
+        /// The new home zone.
+        zone: String,
+    },
 }
 
 /// What a successful command returns.
@@ -654,7 +668,13 @@ impl MetaState {
                 let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
                 if let Some(l) = self.locks.get(&id) {
                     if l.owner == *node && l.generation == *generation {
+                        let to = l.handover_to;
                         self.locks.remove(&id);
+                        // Handed to a node of another zone: the home follows it. The
+                        // holder drained its lag and flushed before releasing.
+                        if let Some(to) = to {
+                            self.home_follows_handover(vdi, to, now);
+                        }
                         // The holder flushed before releasing: its writes are settled,
                         // if every earlier generation's were.
                         let s = self.settled.entry(id).or_insert(0);
@@ -676,7 +696,12 @@ impl MetaState {
                         Ok(Reply::Lock(l.clone()))
                     }
                     Some(l) => Ok(Reply::Lock(l.clone())),
-                    None => Ok(Reply::Done),
+                    None => {
+                        // Nobody writes it (the last writer drained and released):
+                        // to a node of another zone, the home moves now.
+                        self.home_follows_handover(vdi, *to, now);
+                        Ok(Reply::Done)
+                    }
                 }
             }
             Command::SnapshotVdi {
@@ -698,6 +723,7 @@ impl MetaState {
             Command::RollbackVdi { name, snap, now_ms } => self.rollback_vdi(name, snap, *now_ms),
             Command::Flattened { name, id } => self.flattened(name, *id),
             Command::DeleteEphemeral { name, id } => self.delete_ephemeral(name, *id),
+            Command::PromoteVdi { name, zone } => self.promote_vdi(name, zone, now),
         }
     }
 
@@ -720,6 +746,7 @@ impl MetaState {
                     ));
                 }
                 l.expires_ms = l.expires_ms.max(expires_ms);
+                l.home_zone = self.vdis.get(vdi).and_then(|v| v.home_zone.clone());
                 return Ok(Reply::Lock(l.clone()));
             }
             if l.expires_ms > now_ms {
@@ -741,6 +768,10 @@ impl MetaState {
                 ));
             }
         }
+        let zone = self.map.node(node).map(|n| n.zone.as_str());
+        if let Some(why) = self.vdis.get(vdi).and_then(|v| self.needs_promote(v, zone)) {
+            return Err((ErrorKind::Locked, why));
+        }
         let generation = self.lock_generations.get(&id).copied().unwrap_or(0) + 1;
         self.lock_generations.insert(id, generation);
         // The first writer's zone becomes the home of a VDI created without one. Only
@@ -760,6 +791,7 @@ impl MetaState {
             handover_to: None,
             vdi: id,
             incarnation,
+            home_zone: self.vdis.get(vdi).and_then(|v| v.home_zone.clone()),
         };
         self.locks.insert(id, lock.clone());
         Ok(Reply::Lock(lock))
@@ -868,6 +900,7 @@ impl MetaState {
             policy,
             max_lag_ms,
             max_lag_bytes,
+            past_homes: Vec::new(),
         };
         self.next_vdi_id = next;
         self.vdis.insert(name.to_string(), info.clone());
@@ -962,6 +995,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
     Ok(())
 }
 
+mod home;
 mod lineage;
 mod policy;
 
@@ -979,3 +1013,7 @@ mod lineage_tests;
 #[cfg(test)]
 #[path = "state/policy_tests.rs"]
 mod policy_tests;
+
+#[cfg(test)]
+#[path = "state/home_tests.rs"]
+mod home_tests;

@@ -58,9 +58,18 @@ pub struct Home<'a> {
 }
 
 impl<'a> Home<'a> {
-    /// The home of `vdi`, if it has one.
+    /// The home of `vdi` today, if it has one.
     pub fn of(vdi: &'a VdiInfo) -> Option<Home<'a>> {
-        vdi.home_zone.as_deref().map(|zone| Home {
+        Self::zoned(vdi, vdi.home_zone.as_deref())
+    }
+
+    /// The home of `vdi` on the map of `epoch` (see [`VdiInfo::home_at`]).
+    pub fn at(vdi: &'a VdiInfo, epoch: drove_types::Epoch) -> Option<Home<'a>> {
+        Self::zoned(vdi, vdi.home_at(epoch))
+    }
+
+    fn zoned(vdi: &'a VdiInfo, zone: Option<&'a str>) -> Option<Home<'a>> {
+        zone.map(|zone| Home {
             zone,
             copies: vdi
                 .home_copies
@@ -71,9 +80,25 @@ impl<'a> Home<'a> {
 }
 
 /// The replicas of object `oid` of `vdi`: [`locate_home`] with the VDI's copies and
-/// home zone. Every caller that has the VDI's record places through this.
+/// the home zone it had at `map`'s epoch. Every caller that has the VDI's record
+/// places through this.
 pub fn locate_vdi(map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-    locate_home(map, oid, usize::from(vdi.copies), Home::of(vdi))
+    locate_home(map, oid, usize::from(vdi.copies), Home::at(vdi, map.epoch))
+}
+
+/// Where `oid` was placed on `map` under the home `vdi` had before its current one
+/// (empty if its home never moved): the copies a move to a new home copies from,
+/// still read while the new holders catch up.
+pub fn locate_before_move(map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+    match vdi.previous_home() {
+        Some(p) => locate_home(
+            map,
+            oid,
+            usize::from(vdi.copies),
+            Home::zoned(vdi, p.zone.as_deref()),
+        ),
+        None => Vec::new(),
+    }
 }
 
 /// Whether `node` holds one of the replicas of object `oid` of `vdi`.

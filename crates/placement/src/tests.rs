@@ -494,3 +494,59 @@ fn join_moves_at_most_one(
     }
     Ok(())
 }
+
+/// A VDI (copies 3) whose home moved from z1 to z2 at epoch 5.
+fn moved_vdi() -> drove_types::VdiInfo {
+    drove_types::VdiInfo {
+        id: VdiId(7),
+        name: "moved".into(),
+        size: 1 << 30,
+        object_size: 4 << 20,
+        copies: 3,
+        mode: drove_types::ReplicationMode::Direct,
+        created: 0,
+        min_copies: None,
+        parent: None,
+        snapshot: false,
+        ephemeral: false,
+        home_zone: Some("z2".into()),
+        home_copies: None,
+        policy: drove_types::WritePolicy::Sync,
+        max_lag_ms: None,
+        max_lag_bytes: None,
+        past_homes: vec![drove_types::PastHome {
+            zone: Some("z1".into()),
+            until: Epoch(5),
+        }],
+    }
+}
+
+#[test]
+fn test_a_moved_vdi_is_placed_by_the_home_of_each_maps_epoch() {
+    let two_each = |epoch| ClusterMap {
+        epoch: Epoch(epoch),
+        ..map_of((1..=6).map(|i| node(i, &format!("z{}", (i + 1) / 2), 1)))
+    };
+    let v = moved_vdi();
+    let home = |zone| Some(Home { zone, copies: 2 });
+    for oid in objects().take(500) {
+        let (before, after) = (two_each(4), two_each(5));
+        assert_eq!(
+            crate::locate_vdi(&before, &v, oid),
+            locate_home(&before, oid, 3, home("z1"))
+        );
+        let now = crate::locate_vdi(&after, &v, oid);
+        assert_eq!(now, locate_home(&after, oid, 3, home("z2")));
+        assert_eq!(
+            crate::locate_before_move(&after, &v, oid),
+            locate_home(&after, oid, 3, home("z1")),
+            "the copies a move copies from"
+        );
+        let in_z2 = now.iter().filter(|n| [3, 4].contains(&n.0)).count();
+        assert_eq!(in_z2, 2, "two copies in the new home");
+    }
+    let mut never = v.clone();
+    never.past_homes.clear();
+    let oid = objects().next().unwrap();
+    assert!(crate::locate_before_move(&two_each(5), &never, oid).is_empty());
+}

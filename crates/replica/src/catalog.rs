@@ -163,6 +163,7 @@ mod tests {
             policy: Default::default(),
             max_lag_ms: None,
             max_lag_bytes: None,
+            past_homes: Vec::new(),
         }
     }
 

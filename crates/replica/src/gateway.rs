@@ -37,6 +37,8 @@ use crate::ranges::RangeLocks;
 use crate::ship::{Lanes, Op};
 use crate::{MapCell, PeerPool};
 
+#[path = "moved.rs"]
+mod moved;
 #[path = "zoned.rs"]
 mod zoned;
 pub use crate::ship::Lag;
@@ -234,6 +236,7 @@ impl Gateway {
     /// when slow ([`read_hedged`]). A replica past this gateway's map makes the read go
     /// again on the newer map.
     pub async fn read(&self, vdi: &VdiInfo, oid: ObjectId, offset: u64, len: u32) -> Result<Bytes> {
+        let mut moved_tries = 0;
         loop {
             let map = self.map.get();
             let order = self.read_order_on(&map, vdi, oid);
@@ -252,6 +255,20 @@ impl Gateway {
             match report.result {
                 Ok((_, data)) => return Ok(data),
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
+                // The home moved and the new holders are catching up (see moved.rs).
+                Err(e)
+                    if e.kind() == ErrorKind::Recovering
+                        && vdi.previous_home().is_some()
+                        && moved_tries < moved::MOVE_TRIES =>
+                {
+                    moved_tries += 1;
+                    if let Some(data) = self.read_before_move(&map, vdi, (oid, offset, len)).await {
+                        return Ok(data);
+                    }
+                    if moved_tries == moved::MOVE_TRIES {
+                        return Err(e);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -481,7 +498,13 @@ impl Gateway {
     pub async fn exists(&self, vdi: &VdiInfo, oids: &[ObjectId]) -> Result<Vec<bool>> {
         loop {
             let map = self.map.get();
-            match self.exists_on(&map, vdi, oids).await {
+            let res = match self.exists_on(&map, vdi, oids).await {
+                Err(e) if e.kind() == ErrorKind::Recovering && vdi.previous_home().is_some() => {
+                    self.exists_moved(&map, vdi, oids).await
+                }
+                other => other,
+            };
+            match res {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
                 other => return other,
             }

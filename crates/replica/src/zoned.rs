@@ -30,7 +30,7 @@ fn zone_of(map: &ClusterMap, node: NodeId) -> Option<&str> {
 /// `nodes` split into those of `vdi`'s home zone and the others, each in the order
 /// given. Without a home zone every node is near.
 fn split(map: &ClusterMap, vdi: &VdiInfo, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
-    let Some(home) = vdi.home_zone.as_deref() else {
+    let Some(home) = vdi.home_at(map.epoch) else {
         return (nodes.to_vec(), Vec::new());
     };
     nodes.iter().partition(|&&n| zone_of(map, n) == Some(home))

@@ -1,5 +1,5 @@
 //! The VDI record kept in the cluster metadata.
-use crate::{Error, ObjectId, Result, VdiId};
+use crate::{Epoch, Error, ObjectId, Result, VdiId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -158,7 +158,26 @@ pub struct VdiInfo {
     /// Zone-sync lag bound in bytes; `None` means [`DEFAULT_MAX_LAG_BYTES`].
     #[serde(default)]
     pub max_lag_bytes: Option<u64>,
+    /// The home zones this VDI had before its current one, oldest first: a hand-over
+    /// to another zone or a promotion moves the home at a new map epoch, and the
+    /// objects are placed by the home of the map's epoch ([`VdiInfo::home_at`]), so
+    /// recovery can tell who held what before the move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub past_homes: Vec<PastHome>,
 }
+
+/// A home zone a VDI had for the maps of epochs before `until`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastHome {
+    /// The zone (`None`: the VDI had none).
+    pub zone: Option<String>,
+    /// The first epoch at which the next home applies.
+    pub until: Epoch,
+}
+
+/// Most home moves a VDI record keeps (older ones are dropped with their epochs:
+/// placement under maps that old is no longer asked for once recovery is done).
+pub const MAX_PAST_HOMES: usize = 16;
 
 impl VdiInfo {
     /// Replicas that must acknowledge a write: the VDI's setting, or `copies - 1` (at
@@ -183,6 +202,20 @@ impl VdiInfo {
     /// a home zone; a VDI without one writes every copy synchronously).
     pub fn zone_sync(&self) -> bool {
         self.policy == WritePolicy::ZoneSync && self.home_zone.is_some()
+    }
+
+    /// The home zone that places objects on the map of `epoch`: the one that was
+    /// current then.
+    pub fn home_at(&self, epoch: Epoch) -> Option<&str> {
+        self.past_homes
+            .iter()
+            .find(|p| epoch < p.until)
+            .map_or(self.home_zone.as_deref(), |p| p.zone.as_deref())
+    }
+
+    /// The home zone before the current one, if the home ever moved.
+    pub fn previous_home(&self) -> Option<&PastHome> {
+        self.past_homes.last()
     }
 
     /// Number of objects that cover the VDI.

@@ -60,6 +60,7 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         policy: Default::default(),
         max_lag_ms: None,
         max_lag_bytes: None,
+        past_homes: Vec::new(),
     };
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),
