@@ -319,13 +319,12 @@ fn test_losing_the_home_zone_loses_nothing_under_sync_and_at_most_the_stated_lag
         .args(["-c", "import nbd"])
         .status()
         .is_ok_and(|s| s.success());
-    if !require_ok(if have_nbd {
+    let nbd = if have_nbd {
         Ok(())
     } else {
         Err("python3-libnbd is not installed (scripts/install-deps.sh installs it)".to_string())
-    })
-    .is_some()
-    {
+    };
+    if require_ok(nbd).is_none() {
         return;
     }
     let c = &w.c;

@@ -525,7 +525,7 @@ fn moved_vdi() -> drove_types::VdiInfo {
 fn test_a_moved_vdi_is_placed_by_the_home_of_each_maps_epoch() {
     let two_each = |epoch| ClusterMap {
         epoch: Epoch(epoch),
-        ..map_of((1..=6).map(|i| node(i, &format!("z{}", (i + 1) / 2), 1)))
+        ..map_of((1..=6).map(|i| node(i, &format!("z{}", i.div_ceil(2)), 1)))
     };
     let v = moved_vdi();
     let home = |zone| Some(Home { zone, copies: 2 });
