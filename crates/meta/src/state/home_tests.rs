@@ -1,4 +1,5 @@
 //! Unit tests of home-zone moves: a hand-over to another zone and a promotion.
+use super::lock_tests::{acquire, lock_of as lock};
 use super::*;
 use drove_types::MAX_PAST_HOMES;
 
@@ -23,26 +24,6 @@ fn state(policy: WritePolicy) -> MetaState {
         s.apply(&set, 100).unwrap();
     }
     s
-}
-
-fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
-    s.apply(
-        &Command::AcquireLock {
-            vdi: "vm".into(),
-            node: NodeId(node),
-            now_ms,
-            lease_ms: 10_000,
-            incarnation: 0,
-        },
-        now_ms / 1000,
-    )
-}
-
-fn lock(r: ApplyResult) -> VdiLock {
-    match r {
-        Ok(Reply::Lock(l)) => l,
-        other => panic!("expected a lock, got {other:?}"),
-    }
 }
 
 fn handover(s: &mut MetaState, to: u64) -> ApplyResult {

@@ -38,7 +38,7 @@ pub(super) fn state_with(name: &str) -> MetaState {
     s
 }
 
-fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
+pub(super) fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
     acquire_as(s, node, 0, now_ms)
 }
 
@@ -124,7 +124,7 @@ fn test_a_restarted_node_cannot_renew_its_earlier_runs_lock() {
     assert_eq!(l3.generation, l2.generation);
 }
 
-fn lock_of(r: ApplyResult) -> VdiLock {
+pub(super) fn lock_of(r: ApplyResult) -> VdiLock {
     match r {
         Ok(Reply::Lock(l)) => l,
         other => panic!("expected a lock, got {other:?}"),
