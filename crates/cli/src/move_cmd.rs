@@ -4,7 +4,6 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use drove_daemon::api::{Handover, Promote, VdiDetail};
-use drove_paperbench::config::parse_duration_ms;
 use drove_types::{NodeId, WritePolicy};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -41,17 +40,9 @@ struct HandoverReport {
     seconds: f64,
 }
 
-fn parse_timeout(s: &str) -> Result<Duration> {
-    let ms = parse_duration_ms(s, 1)?;
-    if !(1..=3_600_000).contains(&ms) {
-        bail!("Bad --timeout '{s}': use 1s to 1h");
-    }
-    Ok(Duration::from_millis(ms))
-}
-
 /// `drove vdi handover NAME --to NODE`.
 pub async fn handover(a: HandoverArgs, ctx: &Ctx) -> Result<()> {
-    let timeout = parse_timeout(&a.timeout)?;
+    let timeout = crate::sync_cmd::parse_timeout(&a.timeout)?;
     let path = format!("/api/vdis/{}", encode(&a.name));
     let before: VdiDetail = ctx.get(&path).await?;
     let started = Instant::now();

@@ -21,11 +21,7 @@ pub struct SyncArgs {
 /// `drove vdi sync NAME`: wait until the copies outside the VDI's home zone have
 /// every write acknowledged so far, durably.
 pub async fn sync(a: SyncArgs, ctx: &Ctx) -> Result<()> {
-    let ms = parse_duration_ms(&a.timeout, 1)?;
-    let secs = ms.div_ceil(1000);
-    if !(1..=3600).contains(&secs) {
-        bail!("Bad --timeout '{}': use 1s to 1h", a.timeout);
-    }
+    let secs = parse_timeout(&a.timeout)?.as_millis().div_ceil(1000) as u64;
     let body = SyncRequest {
         timeout_s: Some(secs),
     };
@@ -53,6 +49,15 @@ pub async fn sync(a: SyncArgs, ctx: &Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A `--timeout` of a command that waits (`vdi sync`, `vdi handover`): 1 ms to 1 h.
+pub fn parse_timeout(s: &str) -> Result<Duration> {
+    let ms = parse_duration_ms(s, 1)?;
+    if !(1..=3_600_000).contains(&ms) {
+        bail!("Bad --timeout '{s}': use 1s to 1h");
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// The lag of VDI `name` at its writer.

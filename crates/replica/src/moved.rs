@@ -56,24 +56,16 @@ impl Gateway {
         vdi: &VdiInfo,
         (oid, offset, len): (ObjectId, u64, u32),
     ) -> Option<Bytes> {
-        for node in self.before_move(map, vdi, oid) {
-            let req = PeerReq::Read {
-                oid,
-                offset,
-                len,
-                epoch: map.epoch,
-            };
-            match self.send(node, req, Bytes::new()).await {
-                Ok((_, data)) if data.len() == len as usize => {
-                    let fresh = self.all_recovering(map, vdi, oid).await;
-                    tracing::debug!(%oid, %node, fresh, "read a copy placed before the home moved");
-                    return fresh.then_some(data);
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(%oid, %node, "old copy not read: {e}"),
-            }
-        }
-        None
+        let req = PeerReq::Read {
+            oid,
+            offset,
+            len,
+            epoch: map.epoch,
+        };
+        self.ask_before_move(map, vdi, oid, req, |_, data| {
+            (data.len() == len as usize).then_some(data)
+        })
+        .await
     }
 
     /// Whether `oid` was ever written, asked of the copies placed before the home
@@ -84,16 +76,37 @@ impl Gateway {
         vdi: &VdiInfo,
         oid: ObjectId,
     ) -> Option<bool> {
+        let req = PeerReq::Exists {
+            oids: vec![oid],
+            epoch: map.epoch,
+        };
+        self.ask_before_move(map, vdi, oid, req, |resp, _| match resp {
+            PeerResp::Exists(f) if f.len() == 1 => Some(f[0]),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Ask the copies of `oid` placed before the home moved, nearest first, until
+    /// one gives an answer `accept` takes; keep it only if every replica placed now
+    /// still answers "recovering" (see the module doc).
+    async fn ask_before_move<T>(
+        &self,
+        map: &ClusterMap,
+        vdi: &VdiInfo,
+        oid: ObjectId,
+        req: PeerReq,
+        accept: impl Fn(PeerResp, Bytes) -> Option<T>,
+    ) -> Option<T> {
         for node in self.before_move(map, vdi, oid) {
-            let req = PeerReq::Exists {
-                oids: vec![oid],
-                epoch: map.epoch,
-            };
-            match self.send(node, req, Bytes::new()).await {
-                Ok((PeerResp::Exists(f), _)) if f.len() == 1 => {
-                    return self.all_recovering(map, vdi, oid).await.then_some(f[0]);
+            match self.send(node, req.clone(), Bytes::new()).await {
+                Ok((resp, data)) => {
+                    if let Some(answer) = accept(resp, data) {
+                        let fresh = self.all_recovering(map, vdi, oid).await;
+                        tracing::debug!(%oid, %node, fresh, "asked a copy placed before the home moved");
+                        return fresh.then_some(answer);
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => tracing::debug!(%oid, %node, "old copy not asked: {e}"),
             }
         }
