@@ -1,0 +1,84 @@
+//! A busy but healthy cluster marks nobody down: five minutes of fio beside two CPU
+//! hogs. Its own test binary, because cargo runs test binaries one at a time: the
+//! hogs must not run beside another test's timing (e2e_silent's SIGSTOP tests).
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+
+fn status(c: &Cluster) -> Value {
+    let o = c.drove(0, &["cluster", "status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Two CPU hogs beside the cluster for the length of a test.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start(n: usize) -> Hogs {
+        Hogs(
+            (0..n)
+                .map(|_| {
+                    Command::new("yes")
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("yes")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Five minutes of fio on a healthy cluster with two CPU hogs beside it: no node is
+/// given up as silent, none is marked down, the epoch does not move.
+#[test]
+fn test_busy_machine_marks_no_healthy_node_down() {
+    if !require(&["fio", "yes"]) {
+        return;
+    }
+    let c = Cluster::start(3, 3);
+    c.create_vdi("busy", "256M", &["--copies", "3"]);
+    let epoch = status(&c)["map"]["epoch"].as_u64().unwrap();
+    let _hogs = Hogs::start(2);
+    let o = Command::new("fio")
+        .args([
+            "--name=busy",
+            "--ioengine=nbd",
+            &format!("--uri={}", c.nodes[0].uri("busy")),
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=256M",
+            "--time_based=1",
+            "--runtime=300",
+            "--output-format=json",
+        ])
+        .output()
+        .expect("fio");
+    assert!(o.status.success(), "fio failed: {}", text(&o));
+    let s = status(&c);
+    assert_eq!(
+        s["map"]["epoch"].as_u64(),
+        Some(epoch),
+        "a node flipped: {}",
+        s["epoch_history"]
+    );
+    for i in 0..3 {
+        let m = c.metrics(i);
+        assert!(
+            !m.contains("drove_peer_silences_total{"),
+            "node {}: {m}",
+            i + 1
+        );
+    }
+}
