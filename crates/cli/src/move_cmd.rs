@@ -22,7 +22,7 @@ pub struct HandoverArgs {
     /// Return once asked, without waiting for the writer to release the lock.
     #[arg(long)]
     pub no_wait: bool,
-    /// Give up waiting for the writer after this long, e.g. 30s or 5m (at most 1h).
+    /// Give up waiting for the writer after this long, e.g. 30s or 5m (at most 60m).
     /// A zone-sync writer first ships its lag to the other zones.
     #[arg(long, value_name = "DURATION", default_value = "2m")]
     pub timeout: String,

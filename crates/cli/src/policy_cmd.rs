@@ -20,11 +20,12 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "sync|zone-sync")]
     pub policy: Option<String>,
     /// Zone-sync: how far, in time, the other zones' copies may fall behind, e.g.
-    /// 500ms, 5s or 2m (1ms to 10m; default 5s).
+    /// 500ms, 5s or 2m (1ms to 10m; default 5s; `default` puts it back).
     #[arg(long, value_name = "DURATION")]
     pub max_lag: Option<String>,
     /// Zone-sync: how many written bytes the other zones' copies may lack, e.g.
-    /// 64M or 1G (1M to 16G; default 256M). Held in the writer's memory.
+    /// 64M or 1G (1M to 16G; default 256M; `default` puts it back). Held in the
+    /// writer's memory.
     #[arg(long, value_name = "SIZE")]
     pub max_lag_bytes: Option<String>,
 }
@@ -36,19 +37,27 @@ impl PolicyArgs {
             Some(p) => Some(p.parse::<WritePolicy>()?.to_string()),
             None => None,
         };
-        let max_lag_ms = self.max_lag.as_deref().map(parse_lag).transpose()?;
+        let is_default = |s: &Option<String>| s.as_deref().map(str::trim) == Some("default");
+        let (reset_max_lag_ms, reset_max_lag_bytes) =
+            (is_default(&self.max_lag), is_default(&self.max_lag_bytes));
+        let max_lag_ms = match &self.max_lag {
+            Some(s) if !reset_max_lag_ms => Some(parse_lag(s)?),
+            _ => None,
+        };
         let max_lag_bytes = match &self.max_lag_bytes {
-            Some(s) => {
+            Some(s) if !reset_max_lag_bytes => {
                 let b = parse_size(s)?;
                 validate_max_lag(None, Some(b))?;
                 Some(b)
             }
-            None => None,
+            _ => None,
         };
         Ok(Policy {
             policy,
             max_lag_ms,
             max_lag_bytes,
+            reset_max_lag_ms,
+            reset_max_lag_bytes,
         })
     }
 }
@@ -76,7 +85,12 @@ pub struct SetArgs {
 /// `drove vdi set NAME [--policy P] [--max-lag D] [--max-lag-bytes S]`.
 pub async fn set(a: SetArgs, ctx: &Ctx) -> Result<()> {
     let body = a.policy.parse()?;
-    if body.policy.is_none() && body.max_lag_ms.is_none() && body.max_lag_bytes.is_none() {
+    if body.policy.is_none()
+        && body.max_lag_ms.is_none()
+        && body.max_lag_bytes.is_none()
+        && !body.reset_max_lag_ms
+        && !body.reset_max_lag_bytes
+    {
         bail!("Nothing to change: give --policy, --max-lag or --max-lag-bytes");
     }
     let path = format!("/api/vdis/{}/policy", encode(&a.name));
@@ -155,6 +169,13 @@ mod tests {
             args(None, Some("2m"), None).parse().unwrap().max_lag_ms,
             Some(120_000)
         );
+        let p = args(None, Some("default"), Some("default"))
+            .parse()
+            .unwrap();
+        assert_eq!((p.max_lag_ms, p.max_lag_bytes), (None, None));
+        assert!(p.reset_max_lag_ms && p.reset_max_lag_bytes);
+        let p = args(None, None, Some("1G")).parse().unwrap();
+        assert!(!p.reset_max_lag_ms && !p.reset_max_lag_bytes);
         for (a, words) in [
             (
                 args(Some("fast"), None, None),

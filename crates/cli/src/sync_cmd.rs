@@ -13,7 +13,7 @@ use crate::vdi_cmd::encode;
 pub struct SyncArgs {
     /// VDI name.
     pub name: String,
-    /// Give up after this long, e.g. 30s or 10m (at most 1h).
+    /// Give up after this long, e.g. 30s or 10m (at most 60m).
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     pub timeout: String,
 }
@@ -51,11 +51,11 @@ pub async fn sync(a: SyncArgs, ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// A `--timeout` of a command that waits (`vdi sync`, `vdi handover`): 1 ms to 1 h.
+/// A `--timeout` of a command that waits (`vdi sync`, `vdi handover`): 1 ms to 60 minutes (units ms, s, m).
 pub fn parse_timeout(s: &str) -> Result<Duration> {
     let ms = parse_duration_ms(s, 1)?;
     if !(1..=3_600_000).contains(&ms) {
-        bail!("Bad --timeout '{s}': use 1s to 1h");
+        bail!("Bad --timeout '{s}': use 1ms to 60m (units ms, s, m)");
     }
     Ok(Duration::from_millis(ms))
 }

@@ -255,6 +255,8 @@ async fn set_policy(
             policy: parse_policy(req.policy.as_deref())?,
             max_lag_ms: req.max_lag_ms,
             max_lag_bytes: req.max_lag_bytes,
+            reset_max_lag_ms: req.reset_max_lag_ms,
+            reset_max_lag_bytes: req.reset_max_lag_bytes,
         })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))

@@ -44,6 +44,12 @@ pub struct Policy {
     /// New zone-sync lag bound in bytes.
     #[serde(default)]
     pub max_lag_bytes: Option<u64>,
+    /// Put the time bound back to its default (`vdi set` only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_max_lag_ms: bool,
+    /// Put the byte bound back to its default (`vdi set` only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_max_lag_bytes: bool,
 }
 
 /// `POST /api/vdis/{name}/min-copies`.

@@ -214,15 +214,17 @@ async fn sync(
 /// Set the lag gauges of the VDIs written through this node (before a scrape).
 pub(crate) fn publish(a: &Admin) {
     let state = a.meta.state();
-    let wan = a.metrics.wan();
+    let mut lags = Vec::new();
     for (id, lag) in a.exports.gateway().lags() {
         let name = state.vdis.values().find(|v| v.id == id).map(|v| &v.name);
         match name {
-            Some(name) => wan.lag(name, lag.bytes, lag.writes, lag.seconds),
+            Some(name) => lags.push((name.clone(), lag.bytes, lag.writes, lag.seconds)),
             None => {
                 // Deleted, or moved to a new id by a snapshot: nothing to report.
                 a.exports.gateway().forget_idle_lane(id);
             }
         }
     }
+    // The gauges of VDIs not listed (deleted, renamed) go.
+    a.metrics.wan().lags(&lags);
 }

@@ -294,6 +294,12 @@ pub enum Command {
         /// New lag bound in bytes.
         #[serde(default)]
         max_lag_bytes: Option<u64>,
+        /// Back to the default time bound (refused together with `max_lag_ms`).
+        #[serde(default)]
+        reset_max_lag_ms: bool,
+        /// Back to the default byte bound (refused together with `max_lag_bytes`).
+        #[serde(default)]
+        reset_max_lag_bytes: bool,
     },
     /// Take or renew a VDI's write lock for `node`; replies [`Reply::Lock`]. Refused
     /// with `Locked` while another node's lease runs.
@@ -619,7 +625,14 @@ impl MetaState {
                 policy,
                 max_lag_ms,
                 max_lag_bytes,
-            } => self.set_vdi_policy(name, *policy, *max_lag_ms, *max_lag_bytes),
+                reset_max_lag_ms,
+                reset_max_lag_bytes,
+            } => self.set_vdi_policy(
+                name,
+                *policy,
+                (*max_lag_ms, *reset_max_lag_ms),
+                (*max_lag_bytes, *reset_max_lag_bytes),
+            ),
             Command::AcquireLock {
                 vdi,
                 node,

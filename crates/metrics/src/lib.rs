@@ -162,7 +162,7 @@ impl Metrics {
         let reads = Family::<WhereLabels, Counter>::default();
         registry.register(
             "gateway_reads",
-            "Reads this gateway served, by where the answering replica is (local, zone, remote)",
+            "Reads this gateway served, by where the answering replica is (local, zone, remote; before-move: a copy placed before the home zone moved)",
             reads.clone(),
         );
         let hedged_reads = Counter::default();
@@ -257,7 +257,8 @@ impl Metrics {
     }
 
     /// Count a read this gateway served from a replica at `place`: `local` (its own
-    /// store), `zone` (a node of its zone) or `remote`.
+    /// store), `zone` (a node of its zone), `remote`, or `before-move` (a copy placed
+    /// before the VDI's home zone moved, while the new holders catch up).
     pub fn gateway_read(&self, place: &str) {
         self.reads
             .get_or_create(&WhereLabels {
@@ -313,6 +314,34 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("drove_nbd_latency_seconds_bucket"), "{text}");
+    }
+
+    #[test]
+    fn test_the_lag_gauges_of_a_vdi_no_longer_listed_are_removed() {
+        let m = Metrics::new();
+        m.wan().lags(&[
+            ("a".to_string(), 4096, 1, 0.5),
+            ("b".to_string(), 8192, 2, 1.5),
+        ]);
+        let text = m.encode();
+        assert!(
+            text.contains("drove_zone_sync_lag_bytes{vdi=\"a\"} 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains("drove_zone_sync_lag_writes{vdi=\"b\"} 2"),
+            "{text}"
+        );
+        // b was deleted (or renamed): its gauges go, a's are updated.
+        m.wan().lags(&[("a".to_string(), 0, 0, 0.0)]);
+        let text = m.encode();
+        assert!(
+            text.contains("drove_zone_sync_lag_bytes{vdi=\"a\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("vdi=\"b\""), "{text}");
+        m.wan().lags(&[]);
+        assert!(!m.encode().contains("vdi=\"a\""));
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct WanMetrics {
     lag_bytes: Family<VdiLabels, Gauge>,
     lag_writes: Family<VdiLabels, Gauge>,
     lag_seconds: Family<VdiLabels, Gauge<f64, AtomicU64>>,
+    /// The VDIs whose lag the last [`WanMetrics::lags`] published.
+    published: parking_lot::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl WanMetrics {
@@ -32,6 +34,7 @@ impl WanMetrics {
             lag_bytes: Family::default(),
             lag_writes: Family::default(),
             lag_seconds: Family::default(),
+            published: Default::default(),
         };
         reg.register(
             "gateway_written_bytes",
@@ -92,8 +95,23 @@ impl WanMetrics {
         self.throttled.inc();
     }
 
+    /// The lag of every VDI written through this node now, as (name, bytes,
+    /// writes, seconds): the gauges of VDIs not in the list (deleted, renamed, no
+    /// longer written here) are removed.
+    pub fn lags(&self, lags: &[(String, u64, u64, f64)]) {
+        let now: std::collections::BTreeSet<String> = lags.iter().map(|l| l.0.clone()).collect();
+        let mut published = self.published.lock();
+        for gone in published.difference(&now) {
+            self.forget(gone);
+        }
+        for (name, bytes, writes, seconds) in lags {
+            self.lag(name, *bytes, *writes, *seconds);
+        }
+        *published = now;
+    }
+
     /// VDI `vdi`'s lag now.
-    pub fn lag(&self, vdi: &str, bytes: u64, writes: u64, seconds: f64) {
+    fn lag(&self, vdi: &str, bytes: u64, writes: u64, seconds: f64) {
         let l = VdiLabels {
             vdi: vdi.to_string(),
         };
@@ -107,7 +125,7 @@ impl WanMetrics {
     }
 
     /// VDI `vdi` has no lag to report on this node any more.
-    pub fn forget(&self, vdi: &str) {
+    fn forget(&self, vdi: &str) {
         let l = VdiLabels {
             vdi: vdi.to_string(),
         };

@@ -25,6 +25,8 @@ struct Obj {
 pub struct MemStore {
     object_size: u64,
     objects: Mutex<BTreeMap<ObjectId, Obj>>,
+    /// Flushes fail with an I/O error while set ([`MemStore::fail_flushes`]).
+    flush_fails: std::sync::atomic::AtomicBool,
 }
 
 impl Default for MemStore {
@@ -40,7 +42,15 @@ impl MemStore {
         MemStore {
             object_size,
             objects: Mutex::new(BTreeMap::new()),
+            flush_fails: Default::default(),
         }
+    }
+
+    /// While `fail` is set, every flush fails with an I/O error, as an fsync on a
+    /// failing disk does. For fault tests.
+    pub fn fail_flushes(&self, fail: bool) {
+        self.flush_fails
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Make block `block` (4 KiB units) of `oid` fail reads and partial writes with
@@ -177,6 +187,9 @@ impl ObjectStore for MemStore {
     }
 
     fn flush(&self, _oids: &[ObjectId]) -> Result<()> {
+        if self.flush_fails.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::new(ErrorKind::Io, "flush failed (injected fault)"));
+        }
         Ok(())
     }
 

@@ -263,6 +263,7 @@ impl Gateway {
                 {
                     moved_tries += 1;
                     if let Some(data) = self.read_before_move(&map, vdi, (oid, offset, len)).await {
+                        self.metrics.gateway_read("before-move");
                         return Ok(data);
                     }
                     if moved_tries == moved::MOVE_TRIES {

@@ -202,6 +202,10 @@ struct State {
     /// Shipping rate, bytes per second (smoothed), once measured.
     rate: Option<f64>,
     window: Option<(Instant, u64)>,
+    /// Writes given up (a final error: fenced, deleted...) since the lane began:
+    /// how many, and the first one's sequence number and error. A sync that waited
+    /// for any of them fails with it; the copies outside the home zone lack them.
+    given_up: Option<(u64, u64, String)>,
 }
 
 /// The queue of one VDI.
@@ -327,6 +331,16 @@ impl Lane {
     pub(crate) fn passed(&self, mark: u64) -> bool {
         let st = self.st.lock();
         st.queue.iter().all(|e| e.seq >= mark) && st.flying.iter().all(|f| f.seq >= mark)
+    }
+
+    /// The writes queued before `mark` that were given up: how many were given up
+    /// in all and the first one's error (none when the first came after `mark`).
+    pub(crate) fn given_up_before(&self, mark: u64) -> Option<(u64, String)> {
+        let st = self.st.lock();
+        st.given_up
+            .as_ref()
+            .filter(|(_, seq, _)| *seq < mark)
+            .map(|(n, _, err)| (*n, err.clone()))
     }
 
     /// Wait until something moves in this lane (an entry done), or `at_most`.
@@ -459,9 +473,15 @@ impl Lane {
             st.flying.retain(|f| f.seq != e.seq);
             st.forget(e.oid, 1);
             st.bytes = st.bytes.saturating_sub(e.weight);
-            if res.is_ok() {
-                st.shipped.insert(e.oid);
-                st.sample_rate(e.weight, Instant::now());
+            match res {
+                Ok(()) => {
+                    st.shipped.insert(e.oid);
+                    st.sample_rate(e.weight, Instant::now());
+                }
+                Err(err) => match &mut st.given_up {
+                    Some((n, _, _)) => *n += 1,
+                    None => st.given_up = Some((1, e.seq, err.to_string())),
+                },
             }
         }
         e.complete(res);

@@ -1,5 +1,5 @@
 use super::*;
-use drove_types::VdiId;
+use drove_types::{Error, ErrorKind, VdiId};
 
 fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
     Arc::new(VdiInfo {
@@ -294,4 +294,40 @@ async fn test_a_lane_keeps_at_most_its_byte_budget_in_flight() {
         1,
         "one done, one more goes"
     );
+}
+
+#[tokio::test]
+async fn test_a_mark_passed_by_a_given_up_write_reports_it_and_a_later_mark_too() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    let before = lane.mark();
+    assert_eq!(lane.given_up_before(before), None);
+    let e = lane.take(MAX_FLYING).unwrap().pop().unwrap();
+    lane.finish(
+        e,
+        &Err(Error::new(ErrorKind::Fenced, "fenced by generation 2")),
+    );
+    assert!(lane.passed(before), "given up is done with, for the lag");
+    let (n, first) = lane.given_up_before(before).expect("reported");
+    assert_eq!(n, 1);
+    assert!(first.contains("fenced by generation 2"), "{first}");
+    // A later sync waits for the same missing write: it is reported again.
+    push(&lane, &v, 1, write(0, 4096, 1)).await;
+    let later = lane.mark();
+    let e = lane.take(MAX_FLYING).unwrap().pop().unwrap();
+    lane.finish(e, &Ok(()));
+    assert_eq!(lane.given_up_before(later).map(|g| g.0), Some(1));
+    assert!(lane.take_shipped().contains(&ObjectId::new(v.id, 1)));
+}
+
+#[tokio::test]
+async fn test_a_write_given_up_after_a_mark_does_not_fail_that_mark() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    let mark = lane.mark();
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    let e = lane.take(MAX_FLYING).unwrap().pop().unwrap();
+    lane.finish(e, &Err(Error::new(ErrorKind::Gone, "deleted")));
+    assert_eq!(lane.given_up_before(mark), None);
 }

@@ -299,6 +299,17 @@ impl Gateway {
         while !lane.passed(mark) {
             lane.moved(Duration::from_millis(50)).await;
         }
+        if let Some((n, first)) = lane.given_up_before(mark) {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "VDI '{}': {n} write(s) acknowledged here could not be shipped to the \
+                     copies outside the home zone (first: {first}); the home-zone copies \
+                     have them, `drove vdi check {}` shows which copies differ",
+                    vdi.name, vdi.name
+                ),
+            ));
+        }
         let oids = lane.take_shipped();
         if oids.is_empty() {
             return Ok(());

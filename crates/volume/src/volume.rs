@@ -17,6 +17,13 @@ use crate::map::{extents, Extent};
 /// How long a write waits for this node to apply a snapshot that moved the VDI's
 /// lock to a new id before it gives up.
 const NEW_ID_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+/// The waits before the flush at detach is tried again (then the lock is left to
+/// expire unreleased).
+const DETACH_SYNC_RETRIES: [std::time::Duration; 3] = [
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(2),
+    std::time::Duration::from_secs(4),
+];
 
 /// Allocation of a run of bytes, for NBD block status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,15 +104,34 @@ impl Volume {
 
     async fn release_if_idle(&self) {
         // The copies in other zones get every write before the lock goes: a next
-        // writer's lock generation would fence what is still queued here.
-        if let Err(e) = self.sync().await {
-            tracing::warn!(vdi = %self.info().name, "flush at detach failed: {e}");
+        // writer's lock generation would fence what is still queued here. A failed
+        // flush is tried again a few times (the lease is renewed meanwhile).
+        let mut synced = self.sync().await;
+        for wait in DETACH_SYNC_RETRIES {
+            let Err(e) = &synced else { break };
+            if self.attached.load(Ordering::SeqCst) != 0 {
+                return;
+            }
+            tracing::warn!(vdi = %self.info().name, "flush at detach failed, again in {wait:?}: {e}");
+            tokio::time::sleep(wait).await;
+            synced = self.sync().await;
         }
         if self.attached.load(Ordering::SeqCst) != 0 {
             return;
         }
         if let Some(g) = self.lock.detach_all().await {
             let info = self.info();
+            if let Err(e) = synced {
+                // A release says "every copy has every write, durably" (the next
+                // writer skips the repair of generation g): not true now. The lock
+                // is left to run out instead; the next writer repairs first.
+                tracing::error!(
+                    vdi = %info.name,
+                    "flush at detach failed ({e}): the lock is not released but left to \
+                     expire, so that the next writer brings the copies up to date first"
+                );
+                return;
+            }
             if let Err(e) = self.locks.release(&info, g).await {
                 tracing::warn!(vdi = %info.name, "releasing the lock failed (it will expire): {e}");
             } else if info.ephemeral {

@@ -26,7 +26,28 @@ impl LockService for FreeLocks {
     }
 }
 
+/// Grants every lock at once with generation 1 and counts the releases.
+#[derive(Default)]
+struct CountedLocks {
+    released: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl LockService for CountedLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        FreeLocks.acquire(vdi).await
+    }
+    async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
+        self.released.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 pub(crate) fn one_node_volume() -> Arc<Volume> {
+    volume_over(Arc::new(MemStore::new(4 << 20)), Arc::new(FreeLocks))
+}
+
+fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume> {
     let me = NodeId(1);
     let mut map = ClusterMap {
         epoch: Epoch(1),
@@ -42,7 +63,7 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         PeerTimeouts::default(),
         metrics.clone(),
     );
-    let local = LocalStore::new(Arc::new(MemStore::new(4 << 20)));
+    let local = LocalStore::new(store);
     let info = VdiInfo {
         id: VdiId(1),
         name: "v".into(),
@@ -69,7 +90,52 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
         generations: [(info.id, 1)].into(),
     });
     let gateway = Gateway::new(me, local, pool, cell, metrics);
-    Volume::new(info, Vec::new(), gateway, Arc::new(FreeLocks))
+    Volume::new(info, Vec::new(), gateway, locks)
+}
+
+/// Detach the last client of a volume that wrote, and wait until the lock is gone.
+async fn write_and_detach(vol: &Arc<Volume>) {
+    vol.attach();
+    vol.write(0, Bytes::from(vec![5u8; 4096]), false)
+        .await
+        .unwrap();
+    assert_eq!(vol.lock.held_generation(), Some(1));
+    vol.detach();
+    for _ in 0..100 {
+        if vol.lock.held_generation().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("the lock is still held 100 s after the last detach");
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_flush_that_fails_at_detach_leaves_the_lock_to_expire_unreleased() {
+    let store = Arc::new(MemStore::new(4 << 20));
+    let locks = Arc::new(CountedLocks::default());
+    let vol = volume_over(store.clone(), locks.clone());
+    store.fail_flushes(true);
+    write_and_detach(&vol).await;
+    // A release would have told the next writer that every copy has every write.
+    assert_eq!(locks.released.load(Ordering::SeqCst), 0);
+    assert!(!vol.dirty.lock().is_empty(), "kept for a later flush");
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_flush_that_fails_once_at_detach_is_tried_again_then_the_lock_released() {
+    let store = Arc::new(MemStore::new(4 << 20));
+    let locks = Arc::new(CountedLocks::default());
+    let vol = volume_over(store.clone(), locks.clone());
+    store.fail_flushes(true);
+    let s = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        s.fail_flushes(false);
+    });
+    write_and_detach(&vol).await;
+    assert_eq!(locks.released.load(Ordering::SeqCst), 1);
+    assert!(vol.dirty.lock().is_empty());
 }
 
 #[tokio::test]

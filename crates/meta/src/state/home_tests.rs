@@ -20,6 +20,8 @@ fn state(policy: WritePolicy) -> MetaState {
             policy: Some(policy),
             max_lag_ms: None,
             max_lag_bytes: None,
+            reset_max_lag_ms: false,
+            reset_max_lag_bytes: false,
         };
         s.apply(&set, 100).unwrap();
     }

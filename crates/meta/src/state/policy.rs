@@ -11,8 +11,8 @@ impl MetaState {
         &mut self,
         name: &str,
         policy: Option<WritePolicy>,
-        max_lag_ms: Option<u32>,
-        max_lag_bytes: Option<u64>,
+        (max_lag_ms, reset_ms): (Option<u32>, bool),
+        (max_lag_bytes, reset_bytes): (Option<u64>, bool),
     ) -> ApplyResult {
         // Check everything before changing anything: a refused command leaves the
         // record as it was.
@@ -24,9 +24,19 @@ impl MetaState {
                 "'{name}' is a snapshot (read-only): change the VDI it was taken of, or a clone of it"
             )));
         }
-        if policy.is_none() && max_lag_ms.is_none() && max_lag_bytes.is_none() {
+        if policy.is_none()
+            && max_lag_ms.is_none()
+            && max_lag_bytes.is_none()
+            && !reset_ms
+            && !reset_bytes
+        {
             return Err(invalid(format!(
                 "Nothing to change for VDI '{name}': give a policy, a lag bound in ms or one in bytes"
+            )));
+        }
+        if (reset_ms && max_lag_ms.is_some()) || (reset_bytes && max_lag_bytes.is_some()) {
+            return Err(invalid(format!(
+                "VDI '{name}': a lag bound is given and reset to its default at once"
             )));
         }
         validate_max_lag(max_lag_ms, max_lag_bytes)
@@ -34,10 +44,10 @@ impl MetaState {
         if let Some(p) = policy {
             vdi.policy = p;
         }
-        if max_lag_ms.is_some() {
+        if max_lag_ms.is_some() || reset_ms {
             vdi.max_lag_ms = max_lag_ms;
         }
-        if max_lag_bytes.is_some() {
+        if max_lag_bytes.is_some() || reset_bytes {
             vdi.max_lag_bytes = max_lag_bytes;
         }
         Ok(Reply::Vdi(vdi.clone()))

@@ -42,7 +42,35 @@ fn set(
         policy,
         max_lag_ms,
         max_lag_bytes,
+        reset_max_lag_ms: false,
+        reset_max_lag_bytes: false,
     }
+}
+
+#[test]
+fn test_a_lag_bound_goes_back_to_its_default_and_not_with_a_value_at_once() {
+    let mut s = state();
+    s.apply(
+        &create("zs", WritePolicy::ZoneSync, Some(2000), Some(64 << 20)),
+        100,
+    )
+    .unwrap();
+    let reset = |ms: bool, bytes: bool, with_value: Option<u32>| Command::SetVdiPolicy {
+        name: "zs".into(),
+        policy: None,
+        max_lag_ms: with_value,
+        max_lag_bytes: None,
+        reset_max_lag_ms: ms,
+        reset_max_lag_bytes: bytes,
+    };
+    let before = s.vdis["zs"].clone();
+    assert!(s.apply(&reset(true, false, Some(100)), 100).is_err());
+    assert_eq!(s.vdis["zs"], before, "a refused command changes nothing");
+    let v = vdi(s.apply(&reset(true, false, None), 100));
+    assert_eq!((v.max_lag_ms, v.max_lag_bytes), (None, Some(64 << 20)));
+    let v = vdi(s.apply(&reset(false, true, None), 100));
+    assert_eq!((v.max_lag_ms, v.max_lag_bytes), (None, None));
+    assert_eq!(v.max_lag(), (Duration::from_secs(5), DEFAULT_MAX_LAG_BYTES));
 }
 
 #[test]
