@@ -189,6 +189,19 @@ fn test_write_policy_is_set_at_create_and_changed_by_vdi_set() {
     assert!(o.status.success(), "{}", text(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["max_lag_bytes"], 64 << 20, "{v}");
+    // Back to the default bound, the other one kept.
+    let o = c.drove(0, &["vdi", "set", "p", "--max-lag", "default"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = info(&c, "p");
+    assert_eq!(v["max_lag_ms"], Value::Null, "{v}");
+    assert_eq!(v["max_lag_bytes"], 64 << 20, "{v}");
+    let answer = post_raw(
+        &c.nodes[0].admin,
+        "/api/vdis/p/policy",
+        r#"{"max_lag_bytes":1048576,"reset_max_lag_bytes":true}"#,
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("reset to its default at once"), "{answer}");
 
     for args in [
         &["vdi", "set", "p", "--policy", "fast"][..],
