@@ -1,9 +1,10 @@
 //! The whole experiment, in order: check the tools, start toxiproxy and the drove
 //! cluster, lay out the WAN (routes files before any I/O), create one disk per
-//! client on both systems, prefill them, check that cross-zone traffic goes through
-//! the proxies, then for each delay (0, then the delay after the toxics are added
-//! and a round trip proves them) run every (X, operation) point, repeats
-//! interleaved drove / baseline. Everything started is stopped on every path
+//! client on every system (one drove VDI per client and write policy, in the one
+//! cluster), prefill them, check that cross-zone traffic goes through the proxies,
+//! then for each delay (0, then the delay after the toxics are added and a round
+//! trip proves them) run every (X, operation) point, repeats interleaved across
+//! the systems (drove with each policy, then the baseline). Everything started is stopped on every path
 //! (guards), then results.csv, indexes.csv, results.md and the charts are written.
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashSet};
@@ -13,7 +14,7 @@ use std::time::Instant;
 use crate::baseline::Baseline;
 use crate::charts;
 use crate::cluster::DroveCluster;
-use crate::config::{Op, PaperConfig, System};
+use crate::config::{Op, PaperConfig};
 use crate::cpu;
 use crate::index::compute_indexes;
 use crate::measure::{
@@ -102,10 +103,11 @@ fn start_rig(
 ) -> Result<(Rig, Vec<String>, String)> {
     let toxi = Toxiproxy::start(tox_bin, &work.join("toxiproxy.log"), cancel)?;
     say!(
-        "starting drove: {} zones x {} nodes, copies {}; toxiproxy API at {}",
+        "starting drove: {} zones x {} nodes, copies {}, write policies {}; toxiproxy API at {}",
         cfg.zones,
         cfg.nodes_per_zone,
         cfg.copies,
+        cfg.policies_text(),
         toxi.api()
     );
     let cluster = DroveCluster::start(
@@ -138,14 +140,23 @@ fn start_rig(
         .unwrap_or_default();
     let check_listen = toxi.create_proxy(CHECK_PROXY, &admin0)?;
     let clients = cfg.clients();
-    let mut drove_uris = Vec::new();
-    for i in 0..clients {
-        cancel.check()?;
-        let name = format!("c{i}");
-        cluster.create_vdi(&name, cfg.size, cfg.copies, cfg.policy)?;
-        let node = client_node(i, cfg.zones, &zones)
-            .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
-        drove_uris.push(cluster.unix_uri(node, &name)?);
+    let mut drove_uris = BTreeMap::new();
+    for system in cfg.drove_systems() {
+        let policy = system
+            .policy()
+            .ok_or_else(|| anyhow!("{} is not a drove system", system.name()))?;
+        let mut uris = Vec::new();
+        for i in 0..clients {
+            cancel.check()?;
+            let name = system
+                .vdi_name(i)
+                .ok_or_else(|| anyhow!("{} has no VDIs", system.name()))?;
+            cluster.create_vdi(&name, cfg.size, cfg.copies, policy)?;
+            let node = client_node(i, cfg.zones, &zones)
+                .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
+            uris.push(cluster.unix_uri(node, &name)?);
+        }
+        drove_uris.insert(system, uris);
     }
     say!("starting the baseline: {clients} qemu-nbd disk(s) in zone 1");
     let base = Baseline::start(
@@ -183,9 +194,10 @@ fn prefill_and_check_routes(
     dc: &mut DelayCheck,
 ) -> Result<()> {
     say!(
-        "prefilling {} disk(s) of {} on each system",
-        rig.drove_uris.len(),
-        drove_types::format_size(cfg.size)
+        "prefilling {} disk(s) of {} on each of {} system(s)",
+        cfg.clients(),
+        drove_types::format_size(cfg.size),
+        cfg.systems().len()
     );
     prefill(rig, cfg, cancel)?;
     let port_of = |addr: &str| {
@@ -242,6 +254,8 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
     let mut acc: BTreeMap<PointKey, (Vec<RepeatSample>, Traffic)> = BTreeMap::new();
     let mut progress = Progress::new(cfg.points(), cfg.repeat, cfg.runtime_secs as f64 + 1.0);
     let nx = cfg.parallel.len();
+    let systems = cfg.systems();
+    let ns = systems.len();
     for (di, delay) in cfg.delays().into_iter().enumerate() {
         if delay > 0 {
             for p in &proxies {
@@ -263,9 +277,9 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
         for (xi, &x) in cfg.parallel.iter().enumerate() {
             for (oi, op) in Op::ALL.into_iter().enumerate() {
                 for rep in 0..cfg.repeat {
-                    for (si, system) in System::ALL.into_iter().enumerate() {
+                    for (si, &system) in systems.iter().enumerate() {
                         cancel.check()?;
-                        let point = ((di * nx + xi) * Op::ALL.len() + oi) * 2 + si + 1;
+                        let point = ((di * nx + xi) * Op::ALL.len() + oi) * ns + si + 1;
                         progress.begin(
                             point,
                             &format!(
@@ -301,7 +315,7 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
         .into_iter()
         .map(|(k, (reps, t))| PointResult::from_repeats(k.system, k.op, k.x, k.delay_ms, &reps, t))
         .collect();
-    let indexes = compute_indexes(&points, &cfg.parallel, cfg.delay_ms);
+    let indexes = compute_indexes(&points, &systems, &cfg.parallel, cfg.delay_ms);
     write_text(&cfg.out.join("results.csv"), &points_csv(&points))?;
     write_text(&cfg.out.join("indexes.csv"), &indexes_csv(&indexes))?;
     let (charts, charts_note) = match charts::render(&cfg.out) {
