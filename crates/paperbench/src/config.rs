@@ -1,8 +1,10 @@
-//! What one run of the paper's experiment measures: the four workloads, the two
-//! systems, and the scale (zones, nodes, parallel clients, delay, sizes). Parsing
-//! of the command-line values (`1,4,8,16`, `10ms`, `20s`) lives here too, so the CLI
-//! only forwards strings.
+//! What one run of the paper's experiment measures: the four workloads, the
+//! systems (drove under each requested write policy, then the baseline), and the
+//! scale (zones, nodes, parallel clients, delay, sizes). Parsing of the
+//! command-line values (`1,4,8,16`, `10ms`, `20s`, `sync,zone-sync`) lives here
+//! too, so the CLI only forwards strings.
 use anyhow::{bail, Context, Result};
+use drove_types::WritePolicy;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -77,20 +79,35 @@ impl Op {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum System {
-    /// A drove cluster, each client attached through a node of its own zone.
+    /// A drove cluster whose VDIs use the sync write policy, each client attached
+    /// through a node of its own zone. Named "drove" (as before there was a second
+    /// policy), so older results.csv files still parse.
     Drove,
+    /// The same cluster, each client's zone-sync VDI (home zone = the client's).
+    DroveZoneSync,
     /// One qemu-nbd box in zone 1, reached through the WAN by clients elsewhere.
     Baseline,
 }
 
 impl System {
-    /// Both systems, in the order they run at every point.
-    pub const ALL: [System; 2] = [System::Drove, System::Baseline];
+    /// Every system, in the order they run at every point (a run measures the
+    /// requested drove systems and the baseline: [`PaperConfig::systems`]).
+    pub const ALL: [System; 3] = [System::Drove, System::DroveZoneSync, System::Baseline];
 
-    /// Short name used in files and tables.
+    /// Short name used in files (the `system` column of results.csv).
     pub fn name(self) -> &'static str {
         match self {
             System::Drove => "drove",
+            System::DroveZoneSync => "drove-zone-sync",
+            System::Baseline => "baseline",
+        }
+    }
+
+    /// Name in results.md's tables, which says the policy of both drove systems.
+    pub fn label(self) -> &'static str {
+        match self {
+            System::Drove => "drove sync",
+            System::DroveZoneSync => "drove zone-sync",
             System::Baseline => "baseline",
         }
     }
@@ -98,6 +115,38 @@ impl System {
     /// The system named `s`.
     pub fn parse(s: &str) -> Option<System> {
         System::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// The drove system whose VDIs use `policy`.
+    pub fn drove(policy: WritePolicy) -> System {
+        match policy {
+            WritePolicy::Sync => System::Drove,
+            WritePolicy::ZoneSync => System::DroveZoneSync,
+        }
+    }
+
+    /// The write policy of a drove system's VDIs; `None` for the baseline.
+    pub fn policy(self) -> Option<WritePolicy> {
+        match self {
+            System::Drove => Some(WritePolicy::Sync),
+            System::DroveZoneSync => Some(WritePolicy::ZoneSync),
+            System::Baseline => None,
+        }
+    }
+
+    /// Whether this is drove (either policy).
+    pub fn is_drove(self) -> bool {
+        self.policy().is_some()
+    }
+
+    /// Name of the drove VDI of client `i` (0-based): `c{i}` under sync, `z{i}`
+    /// under zone-sync, so both sets live in one cluster; `None` for the baseline.
+    pub fn vdi_name(self, i: usize) -> Option<String> {
+        match self {
+            System::Drove => Some(format!("c{i}")),
+            System::DroveZoneSync => Some(format!("z{i}")),
+            System::Baseline => None,
+        }
     }
 }
 
@@ -120,9 +169,9 @@ pub struct PaperConfig {
     pub repeat: usize,
     /// Copies of every drove VDI.
     pub copies: u8,
-    /// Write policy of every drove VDI (`sync` or `zone-sync`; each VDI's home zone
-    /// is its client's, the zone it is prefilled from).
-    pub policy: drove_types::WritePolicy,
+    /// Write policies measured, one drove system each, in [`System::ALL`] order
+    /// (each VDI's home zone is its client's, the zone it is prefilled from).
+    pub policies: Vec<WritePolicy>,
     /// fio queue depth of every client.
     pub iodepth: u32,
     /// Output directory.
@@ -156,9 +205,31 @@ impl PaperConfig {
         [0, self.delay_ms]
     }
 
+    /// The systems measured at every point, in the order they run: drove with
+    /// each requested policy, then the baseline.
+    pub fn systems(&self) -> Vec<System> {
+        let mut v: Vec<System> = self.policies.iter().map(|&p| System::drove(p)).collect();
+        v.push(System::Baseline);
+        v
+    }
+
+    /// The drove systems measured (every system but the baseline).
+    pub fn drove_systems(&self) -> Vec<System> {
+        self.policies.iter().map(|&p| System::drove(p)).collect()
+    }
+
     /// Points measured: systems x delays x X x operations.
     pub fn points(&self) -> usize {
-        2 * 2 * self.parallel.len() * Op::ALL.len()
+        self.systems().len() * self.delays().len() * self.parallel.len() * Op::ALL.len()
+    }
+
+    /// The policies as results.md states them: `sync, zone-sync`.
+    pub fn policies_text(&self) -> String {
+        self.policies
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Refuse a configuration that cannot give the indexes.
@@ -193,7 +264,31 @@ impl PaperConfig {
         if self.copies == 0 {
             bail!("copies must be at least 1");
         }
+        check_policies(&self.policies)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl PaperConfig {
+    /// The quick run's scale (2 zones x 2 nodes, X = 1, 2, 10 ms) with `policies`,
+    /// for tests of what is computed from a configuration.
+    pub(crate) fn example(policies: Vec<WritePolicy>) -> Self {
+        PaperConfig {
+            zones: 2,
+            nodes_per_zone: 2,
+            parallel: vec![1, 2],
+            delay_ms: 10,
+            size: 16 << 20,
+            runtime_secs: 2,
+            repeat: 1,
+            copies: 3,
+            policies,
+            iodepth: DEFAULT_IODEPTH,
+            out: PathBuf::from("out"),
+            drove_bin: PathBuf::from("drove"),
+            command_line: "drove bench paper --quick".to_string(),
+        }
     }
 }
 
@@ -216,6 +311,44 @@ pub fn parse_parallel(s: &str) -> Result<Vec<usize>> {
     v.sort_unstable();
     v.dedup();
     Ok(v)
+}
+
+/// Parse `--policy`: `sync`, `zone-sync` or both, comma-separated. Unknown names,
+/// a policy given twice and an empty list are refused; the result is in
+/// [`System::ALL`] order whatever order they were given in, so the tables of two
+/// runs line up.
+pub fn parse_policies(s: &str) -> Result<Vec<WritePolicy>> {
+    if s.trim().is_empty() {
+        bail!("--policy is empty: use sync, zone-sync or sync,zone-sync");
+    }
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        if part.is_empty() {
+            bail!("Bad --policy '{s}': an empty name (use sync, zone-sync or sync,zone-sync)");
+        }
+        let Ok(p) = part.parse::<WritePolicy>() else {
+            bail!(
+                "Unknown write policy '{part}' in --policy: use sync, zone-sync or sync,zone-sync"
+            );
+        };
+        v.push(p);
+    }
+    check_policies(&v)?;
+    v.sort_by_key(|&p| System::drove(p));
+    Ok(v)
+}
+
+/// At least one policy, none twice.
+fn check_policies(v: &[WritePolicy]) -> Result<()> {
+    if v.is_empty() {
+        bail!("--policy is empty: use sync, zone-sync or sync,zone-sync");
+    }
+    for (i, p) in v.iter().enumerate() {
+        if v[..i].contains(p) {
+            bail!("--policy names {p} twice");
+        }
+    }
+    Ok(())
 }
 
 /// Parse a duration such as `10ms`, `2s`, `1m` into milliseconds; a bare number is
@@ -266,7 +399,108 @@ mod tests {
         for op in Op::ALL {
             assert_eq!(Op::parse(op.name()), Some(op));
         }
-        assert_eq!(System::parse("baseline"), Some(System::Baseline));
+        for system in System::ALL {
+            assert_eq!(System::parse(system.name()), Some(system));
+        }
+        // results.csv of runs before the second policy call sync's system "drove".
+        assert_eq!(System::parse("drove"), Some(System::Drove));
+        assert_eq!(
+            System::parse("drove-zone-sync"),
+            Some(System::DroveZoneSync)
+        );
         assert_eq!(Op::parse("nope"), None);
+    }
+
+    #[test]
+    fn test_parse_policies_accepts_one_or_both_in_system_order() {
+        use WritePolicy::{Sync, ZoneSync};
+        assert_eq!(parse_policies("sync").unwrap(), vec![Sync]);
+        assert_eq!(parse_policies("zone-sync").unwrap(), vec![ZoneSync]);
+        assert_eq!(
+            parse_policies("sync,zone-sync").unwrap(),
+            vec![Sync, ZoneSync]
+        );
+        assert_eq!(
+            parse_policies(" zone-sync , sync ").unwrap(),
+            vec![Sync, ZoneSync]
+        );
+    }
+
+    #[test]
+    fn test_parse_policies_refuses_unknown_duplicate_and_empty() {
+        let err = |s: &str| format!("{:#}", parse_policies(s).unwrap_err());
+        assert!(
+            err("async").contains("Unknown write policy 'async'"),
+            "{}",
+            err("async")
+        );
+        assert!(err("sync,Sync").contains("'Sync'"), "{}", err("sync,Sync"));
+        assert!(
+            err("sync,sync").contains("sync twice"),
+            "{}",
+            err("sync,sync")
+        );
+        assert!(
+            err("zone-sync,sync,zone-sync").contains("zone-sync twice"),
+            "{}",
+            err("zone-sync,sync,zone-sync")
+        );
+        assert!(err("").contains("empty"), "{}", err(""));
+        assert!(err(" ").contains("empty"), "{}", err(" "));
+        assert!(err("sync,").contains("empty name"), "{}", err("sync,"));
+        assert!(
+            err(",zone-sync").contains("empty name"),
+            "{}",
+            err(",zone-sync")
+        );
+    }
+
+    fn cfg(policies: Vec<WritePolicy>, parallel: Vec<usize>) -> PaperConfig {
+        PaperConfig {
+            parallel,
+            ..PaperConfig::example(policies)
+        }
+    }
+
+    #[test]
+    fn test_systems_and_points_count_every_requested_policy() {
+        use WritePolicy::{Sync, ZoneSync};
+        let one = cfg(vec![Sync], vec![1, 2]);
+        assert_eq!(one.systems(), vec![System::Drove, System::Baseline]);
+        assert_eq!(one.drove_systems(), vec![System::Drove]);
+        // 2 systems x 2 delays x 2 X x 4 operations: the quick run's 32 points.
+        assert_eq!(one.points(), 32);
+        let zs = cfg(vec![ZoneSync], vec![1, 2]);
+        assert_eq!(zs.systems(), vec![System::DroveZoneSync, System::Baseline]);
+        assert_eq!(zs.points(), 32);
+        let both = cfg(vec![Sync, ZoneSync], vec![1, 4, 8, 16]);
+        assert_eq!(
+            both.systems(),
+            vec![System::Drove, System::DroveZoneSync, System::Baseline]
+        );
+        assert_eq!(both.policies_text(), "sync, zone-sync");
+        assert_eq!(both.points(), 3 * 2 * 4 * 4);
+        assert!(both.validate().is_ok());
+    }
+
+    #[test]
+    fn test_validate_refuses_no_policy_or_one_twice() {
+        let none = cfg(vec![], vec![1, 2]);
+        assert!(format!("{:#}", none.validate().unwrap_err()).contains("empty"));
+        let twice = cfg(vec![WritePolicy::Sync, WritePolicy::Sync], vec![1, 2]);
+        assert!(format!("{:#}", twice.validate().unwrap_err()).contains("twice"));
+    }
+
+    #[test]
+    fn test_drove_systems_map_to_policies_and_vdi_names() {
+        for p in [WritePolicy::Sync, WritePolicy::ZoneSync] {
+            let s = System::drove(p);
+            assert!(s.is_drove());
+            assert_eq!(s.policy(), Some(p));
+        }
+        assert!(!System::Baseline.is_drove());
+        assert_eq!(System::Drove.vdi_name(3).as_deref(), Some("c3"));
+        assert_eq!(System::DroveZoneSync.vdi_name(3).as_deref(), Some("z3"));
+        assert_eq!(System::Baseline.vdi_name(3), None);
     }
 }

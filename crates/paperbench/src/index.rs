@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::config::{Op, System};
-use crate::results::PointResult;
+use crate::results::{find_point, PointResult};
 
 /// `num / den`, or `None` when it has no meaning (missing, negative, zero or
 /// non-finite denominator).
@@ -98,27 +98,21 @@ pub struct IndexRow {
     pub cpu_bound: bool,
 }
 
-fn find(
+/// Every index of each of `systems`, every operation and X, from the measured
+/// points.
+pub fn compute_indexes(
     points: &[PointResult],
-    system: System,
-    op: Op,
-    x: usize,
-    delay: u64,
-) -> Option<&PointResult> {
-    points
-        .iter()
-        .find(|p| p.system == system && p.op == op && p.x == x && p.delay_ms == delay)
-}
-
-/// Every index of every system, operation and X, from the measured points.
-pub fn compute_indexes(points: &[PointResult], parallel: &[usize], delay_ms: u64) -> Vec<IndexRow> {
+    systems: &[System],
+    parallel: &[usize],
+    delay_ms: u64,
+) -> Vec<IndexRow> {
     let mut out = Vec::new();
-    for system in System::ALL {
+    for &system in systems {
         for op in Op::ALL {
             for &x in parallel {
                 for delay in [0, delay_ms] {
-                    let px = find(points, system, op, x, delay);
-                    let p1 = find(points, system, op, 1, delay);
+                    let px = find_point(points, system, op, x, delay);
+                    let p1 = find_point(points, system, op, 1, delay);
                     out.push(IndexRow {
                         kind: IndexKind::Parallelism,
                         system,
@@ -133,8 +127,8 @@ pub fn compute_indexes(points: &[PointResult], parallel: &[usize], delay_ms: u64
                             || p1.is_some_and(|p| p.cpu_bound),
                     });
                 }
-                let pd = find(points, system, op, x, delay_ms);
-                let p0 = find(points, system, op, x, 0);
+                let pd = find_point(points, system, op, x, delay_ms);
+                let p0 = find_point(points, system, op, x, 0);
                 out.push(IndexRow {
                     kind: IndexKind::Latency,
                     system,
@@ -224,7 +218,7 @@ mod tests {
             point(System::Drove, Op::BlockWrite, 1, 10, 20.0),
             point(System::Drove, Op::BlockWrite, 4, 10, 0.0),
         ];
-        let rows = compute_indexes(&pts, &[1, 4], 10);
+        let rows = compute_indexes(&pts, &[System::Drove, System::Baseline], &[1, 4], 10);
         let get = |k, x, d| {
             lookup(&rows, k, System::Drove, Op::BlockWrite, x, d)
                 .unwrap()
@@ -251,5 +245,31 @@ mod tests {
         .unwrap();
         assert_eq!(b.value, None);
         assert_eq!(rows.len(), 2 * 4 * 2 * 3);
+    }
+
+    #[test]
+    fn test_compute_indexes_keeps_the_systems_apart() {
+        // Same operation, X and delay: each system's index comes from its own points.
+        let pts = vec![
+            point(System::Drove, Op::SmallWrite, 1, 0, 40.0),
+            point(System::Drove, Op::SmallWrite, 1, 10, 2.0),
+            point(System::DroveZoneSync, Op::SmallWrite, 1, 0, 40.0),
+            point(System::DroveZoneSync, Op::SmallWrite, 1, 10, 36.0),
+            point(System::Baseline, Op::SmallWrite, 1, 0, 20.0),
+            point(System::Baseline, Op::SmallWrite, 1, 10, 10.0),
+        ];
+        let rows = compute_indexes(&pts, &System::ALL, &[1], 10);
+        let lat = |s| {
+            lookup(&rows, IndexKind::Latency, s, Op::SmallWrite, 1, 10)
+                .unwrap()
+                .value
+        };
+        assert_eq!(lat(System::Drove), Some(0.05));
+        assert_eq!(lat(System::DroveZoneSync), Some(0.9));
+        assert_eq!(lat(System::Baseline), Some(0.5));
+        assert_eq!(rows.len(), 3 * 4 * 3);
+        // Only the systems asked for get rows.
+        let rows = compute_indexes(&pts, &[System::DroveZoneSync, System::Baseline], &[1], 10);
+        assert!(rows.iter().all(|r| r.system != System::Drove));
     }
 }

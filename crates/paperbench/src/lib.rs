@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod procs;
 pub mod progress;
 pub mod report;
+pub mod report_compare;
 pub mod report_traffic;
 pub mod results;
 pub mod runner;

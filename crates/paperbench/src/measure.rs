@@ -32,8 +32,9 @@ pub struct Rig {
     pub cluster: DroveCluster,
     /// The WAN proxies.
     pub toxi: Toxiproxy,
-    /// NBD URI of each client's drove VDI (through a node of its zone).
-    pub drove_uris: Vec<String>,
+    /// For each drove system: the NBD URI of each client's VDI (through a node of
+    /// the client's zone), client 0 first.
+    pub drove_uris: BTreeMap<System, Vec<String>>,
     /// Where fio writes its output.
     pub fio_dir: PathBuf,
     /// Each node's routes: peer address of a node in another zone -> its proxy.
@@ -113,16 +114,19 @@ fn run_fio(
     Ok(out)
 }
 
-/// Write every disk of both systems once, sequentially, all clients at once.
+/// Write every disk of every system once, sequentially, all clients of one system
+/// at once, one system after the other.
 pub fn prefill(rig: &mut Rig, cfg: &PaperConfig, cancel: &Cancel) -> Result<()> {
     let timeout = Duration::from_secs(3600);
-    let jobs: Vec<Vec<String>> = rig
-        .drove_uris
-        .iter()
-        .enumerate()
-        .map(|(i, u)| prefill_args(&format!("c{i}"), u, cfg.size, DEFAULT_IODEPTH))
-        .collect();
-    run_fio(&rig.fio_dir, "prefill-drove", &jobs, timeout, cancel)?;
+    for (system, uris) in &rig.drove_uris {
+        let jobs: Vec<Vec<String>> = uris
+            .iter()
+            .enumerate()
+            .map(|(i, u)| prefill_args(&format!("c{i}"), u, cfg.size, DEFAULT_IODEPTH))
+            .collect();
+        let tag = format!("prefill-{}", system.name());
+        run_fio(&rig.fio_dir, &tag, &jobs, timeout, cancel)?;
+    }
     let jobs: Vec<Vec<String>> = rig
         .base
         .clients
@@ -163,7 +167,11 @@ pub fn measure(
         delay_ms,
     } = key;
     let uris: Vec<String> = match system {
-        System::Drove => rig.drove_uris.iter().take(x).cloned().collect(),
+        System::Drove | System::DroveZoneSync => rig
+            .drove_uris
+            .get(&system)
+            .map(|u| u.iter().take(x).cloned().collect())
+            .unwrap_or_default(),
         System::Baseline => {
             rig.base.check_running()?;
             rig.base
@@ -175,14 +183,18 @@ pub fn measure(
         }
     };
     if uris.len() != x {
-        bail!("Only {} disks prepared for X={x}", uris.len());
+        bail!(
+            "Only {} {} disks prepared for X={x}",
+            uris.len(),
+            system.name()
+        );
     }
     let nodes_before = match system {
-        System::Drove => Some(rig.cluster.scrape()?),
+        System::Drove | System::DroveZoneSync => Some(rig.cluster.scrape()?),
         System::Baseline => None,
     };
     let px_before = match system {
-        System::Drove => 0,
+        System::Drove | System::DroveZoneSync => 0,
         System::Baseline => proxy_bytes(&rig.toxi.metrics()?, BASE_PROXY_PREFIX),
     };
     let jobs: Vec<Vec<String>> = uris

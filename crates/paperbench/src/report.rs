@@ -1,12 +1,13 @@
-//! results.md: the human report of a run. Throughput of both systems side by side,
-//! the two indexes per operation and X, transfer efficiency, the scale used against
-//! the paper's, and which points were CPU-bound (marked `*`: their ratios measure
-//! this machine's CPU as much as the storage system).
+//! results.md: the human report of a run. The scale used against the paper's, the
+//! method, which points were CPU-bound (marked `*`: their ratios measure this
+//! machine's CPU as much as the storage system), then the tables of
+//! [`crate::report_compare`] (every drove system beside the baseline: throughput,
+//! the two indexes) and [`crate::report_traffic`] (bytes moved), and the charts.
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::config::{Op, PaperConfig, System, DEFAULT_IODEPTH, PAPER_SCALE};
-use crate::index::{fmt_ratio, lookup, IndexKind, IndexRow};
+use crate::config::{PaperConfig, DEFAULT_IODEPTH, PAPER_SCALE};
+use crate::report_compare;
 use crate::results::{PointResult, Report, CPU_BOUND_BUSY};
 
 /// UTC date and time as `YYYY-MM-DD-HHMM`, for directory names.
@@ -33,101 +34,8 @@ pub fn date_stamp() -> String {
     )
 }
 
-fn find(pts: &[PointResult], s: System, op: Op, x: usize, d: u64) -> Option<&PointResult> {
-    pts.iter()
-        .find(|p| p.system == s && p.op == op && p.x == x && p.delay_ms == d)
-}
-
-fn mbps(p: Option<&PointResult>) -> String {
-    match p {
-        Some(p) => format!("{:.2}{}", p.mean_mbps, if p.cpu_bound { "*" } else { "" }),
-        None => "n/a".to_string(),
-    }
-}
-
-fn idx(rows: &[IndexRow], k: IndexKind, s: System, op: Op, x: usize, d: u64) -> String {
-    match lookup(rows, k, s, op, x, d) {
-        Some(r) => format!(
-            "{}{}",
-            fmt_ratio(r.value),
-            if r.cpu_bound { "*" } else { "" }
-        ),
-        None => "n/a".to_string(),
-    }
-}
-
 fn mb(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / 1e6)
-}
-
-/// Compare drove's index with the baseline's: `Some(true)` when drove's is at least
-/// as high, `None` when either is n/a.
-pub fn at_least(rows: &[IndexRow], k: IndexKind, op: Op, x: usize, d: u64) -> Option<bool> {
-    let a = lookup(rows, k, System::Drove, op, x, d)?.value?;
-    let b = lookup(rows, k, System::Baseline, op, x, d)?.value?;
-    // Two decimals are shown; equal at that precision counts as "at least".
-    Some(a + 0.005 >= b)
-}
-
-fn yes_no(v: Option<bool>) -> &'static str {
-    match v {
-        Some(true) => "yes",
-        Some(false) => "**no**",
-        None => "n/a",
-    }
-}
-
-/// Mean MB/s of the clients of `p` in zone 1 and in the other zones (client i is
-/// in zone i mod Z + 1), from the repeat nearest the median.
-pub fn zone_split(p: &PointResult, zones: usize) -> (Option<f64>, Option<f64>) {
-    let (mut z1, mut other) = (Vec::new(), Vec::new());
-    for (i, &v) in p.per_client_mbps.iter().enumerate() {
-        if crate::wan::client_zone(i, zones) == 1 {
-            z1.push(v);
-        } else {
-            other.push(v);
-        }
-    }
-    (crate::index::mean(&z1), crate::index::mean(&other))
-}
-
-fn opt_mbps(v: Option<f64>) -> String {
-    v.map_or("n/a".to_string(), |x| format!("{x:.2}"))
-}
-
-fn zone_section(s: &mut String, cfg: &PaperConfig, pts: &[PointResult]) {
-    let _ = writeln!(s, "## Per-client throughput by zone (MB/s)\n");
-    let _ = writeln!(
-        s,
-        "The mean per client hides where the clients are: the baseline's server is in zone 1. \
-         Zone 1 = clients in the baseline server's zone; other = clients in the other zones.\n"
-    );
-    let _ = writeln!(s, "| op | X | delay ms | drove zone 1 | drove other zones | baseline zone 1 | baseline other zones |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-    for delay in cfg.delays() {
-        for op in Op::ALL {
-            for &x in cfg.parallel.iter().filter(|&&x| x > 1) {
-                let (Some(a), Some(b)) = (
-                    find(pts, System::Drove, op, x, delay),
-                    find(pts, System::Baseline, op, x, delay),
-                ) else {
-                    continue;
-                };
-                let (a1, ao) = zone_split(a, cfg.zones);
-                let (b1, bo) = zone_split(b, cfg.zones);
-                let _ = writeln!(
-                    s,
-                    "| {} | {x} | {delay} | {} | {} | {} | {} |",
-                    op.name(),
-                    opt_mbps(a1),
-                    opt_mbps(ao),
-                    opt_mbps(b1),
-                    opt_mbps(bo)
-                );
-            }
-        }
-    }
-    s.push('\n');
 }
 
 /// The whole results.md.
@@ -154,10 +62,18 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         rep.elapsed_secs
     );
 
+    let pol = if cfg.policies.len() == 1 {
+        format!("write policy {}", cfg.policies_text())
+    } else {
+        format!(
+            "write policies {}, one drove system each",
+            cfg.policies_text()
+        )
+    };
     let _ = writeln!(s, "## Scale\n");
     let _ = writeln!(
         s,
-        "This run: {} zones x {} nodes = {} drove nodes (copies {}, write policy {}), X = {xs} clients at once, \
+        "This run: {} zones x {} nodes = {} drove nodes (copies {}, {pol}), X = {xs} clients at once, \
          {d} ms one-way delay between zones, {} per client disk, on one machine with {cores} \
          cores that also runs every client, proxy and server.  \nThe paper: {PAPER_SCALE}. \
          This is a scaled-down version of the paper's experiment; its indexes are not the \
@@ -166,7 +82,6 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         cfg.nodes_per_zone,
         cfg.nodes(),
         cfg.copies,
-        cfg.policy,
         drove_types::format_size(cfg.size),
     );
 
@@ -210,6 +125,28 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
 
     let _ = writeln!(s, "## Method\n");
     let dc = &rep.delay_check;
+    let n = cfg.clients();
+    let vdis = cfg
+        .drove_systems()
+        .into_iter()
+        .filter_map(|sy| {
+            let first = sy.vdi_name(0)?;
+            let last = sy.vdi_name(n.saturating_sub(1))?;
+            let names = if n > 1 {
+                format!("{first}..{last}")
+            } else {
+                first
+            };
+            Some(format!("{names} {}", sy.policy()?))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let order = cfg
+        .systems()
+        .iter()
+        .map(|sy| sy.label())
+        .collect::<Vec<_>>()
+        .join(", ");
     let base_rtt = dc.baseline_rtt_delay_ms.map_or(
         "not measured (no baseline client outside zone 1)".to_string(),
         |v| format!("{v:.1} ms"),
@@ -221,10 +158,12 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
          (`time_based`), {} repeat(s) per point, median kept of the per-repeat mean per-client \
          throughput. MB/s = 10^6 bytes/s. Disks are prefilled once (1M sequential write of the \
          whole disk) so reads read written data.\n\
-         - Client i is in zone (i mod {z}) + 1. drove: one VDI per client (copies {}), attached \
-         through a node of its own zone (round-robin) over its unix socket. Baseline: one \
-         qemu-nbd per client disk (raw file, writeback cache), all in zone 1; zone-1 clients \
-         connect directly over TCP, the others through the proxy.\n\
+         - Client i is in zone (i mod {z}) + 1. drove: one cluster; one VDI per client and \
+         write policy ({vdis}; copies {}), attached and prefilled through a node of the \
+         client's zone (round-robin) over its unix socket, so each VDI's home zone is its \
+         client's. Baseline: one qemu-nbd per client disk (raw file, writeback cache), all in \
+         zone 1; zone-1 clients connect directly over TCP, the others through the proxy. At \
+         every point the systems run one after the other ({order}), each repeat in turn.\n\
          - WAN: toxiproxy latency toxics of {d} ms on both directions of every cross-zone \
          connection (each drove node to each node of another zone; each baseline client \
          outside zone 1 to its server). Delay 0 = the same proxies without toxics. Same-zone \
@@ -253,104 +192,11 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         z = cfg.zones,
     );
 
-    let _ = writeln!(s, "## Throughput per client (MB/s)\n");
-    let _ = writeln!(
-        s,
-        "| op | X | delay ms | drove | baseline | drove / baseline |"
-    );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
-    for delay in cfg.delays() {
-        for op in Op::ALL {
-            for &x in &cfg.parallel {
-                let a = find(pts, System::Drove, op, x, delay);
-                let b = find(pts, System::Baseline, op, x, delay);
-                let r = crate::index::ratio(
-                    a.map_or(f64::NAN, |p| p.mean_mbps),
-                    b.map_or(f64::NAN, |p| p.mean_mbps),
-                );
-                let _ = writeln!(
-                    s,
-                    "| {} | {x} | {delay} | {} | {} | {} |",
-                    op.name(),
-                    mbps(a),
-                    mbps(b),
-                    fmt_ratio(r)
-                );
-            }
-        }
-    }
-
-    let _ = writeln!(s, "\n## ParallelismImpactRatio\n");
-    let _ = writeln!(
-        s,
-        "Mean per-client throughput with X clients at once / with one client, same delay.\n"
-    );
-    let _ = writeln!(s, "| op | X | drove 0 ms | baseline 0 ms | drove {d} ms | baseline {d} ms | drove >= baseline |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-    let mut par = (0, 0);
-    for op in Op::ALL {
-        for &x in &cfg.parallel {
-            let mut met = Vec::new();
-            for delay in cfg.delays() {
-                let m = at_least(rows, IndexKind::Parallelism, op, x, delay);
-                if x > 1 {
-                    par.1 += usize::from(m.is_some());
-                    par.0 += usize::from(m == Some(true));
-                }
-                met.push(yes_no(m));
-            }
-            let k = IndexKind::Parallelism;
-            let _ = writeln!(
-                s,
-                "| {} | {x} | {} | {} | {} | {} | {} |",
-                op.name(),
-                idx(rows, k, System::Drove, op, x, 0),
-                idx(rows, k, System::Baseline, op, x, 0),
-                idx(rows, k, System::Drove, op, x, d),
-                idx(rows, k, System::Baseline, op, x, d),
-                if x == 1 {
-                    "-".to_string()
-                } else {
-                    met.join(" / ")
-                },
-            );
-        }
-    }
-
-    let _ = writeln!(s, "\n## LatencyImpactRatio\n");
-    let _ = writeln!(
-        s,
-        "Throughput with {d} ms one-way delay between zones / with none, same X.\n"
-    );
-    let _ = writeln!(s, "| op | X | drove | baseline | drove >= baseline |");
-    let _ = writeln!(s, "|---|---|---|---|---|");
-    let mut lat = (0, 0);
-    for op in Op::ALL {
-        for &x in &cfg.parallel {
-            let k = IndexKind::Latency;
-            let m = at_least(rows, k, op, x, d);
-            lat.1 += usize::from(m.is_some());
-            lat.0 += usize::from(m == Some(true));
-            let _ = writeln!(
-                s,
-                "| {} | {x} | {} | {} | {} |",
-                op.name(),
-                idx(rows, k, System::Drove, op, x, d),
-                idx(rows, k, System::Baseline, op, x, d),
-                yes_no(m)
-            );
-        }
-    }
-
-    let _ = writeln!(s, "\n## Targets\n");
-    let _ = writeln!(
-        s,
-        "- drove's LatencyImpactRatio >= the baseline's: {} of {} (operation, X) cases.\n\
-         - drove's ParallelismImpactRatio >= the baseline's (X > 1, both delays): {} of {} cases.\n",
-        lat.0, lat.1, par.0, par.1
-    );
-
-    zone_section(&mut s, cfg, pts);
+    report_compare::throughput_section(&mut s, cfg, pts);
+    let par = report_compare::parallelism_section(&mut s, cfg, rows);
+    let lat = report_compare::latency_section(&mut s, cfg, rows);
+    report_compare::targets_section(&mut s, cfg, &par, &lat);
+    report_compare::zone_section(&mut s, cfg, pts);
     s.push_str(&crate::report_traffic::traffic_sections(cfg, pts));
 
     let _ = writeln!(s, "\n## Charts\n");
@@ -371,15 +217,86 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Op, System};
+    use crate::index::compute_indexes;
+    use crate::results::DelayCheck;
+    use drove_types::WritePolicy;
+
+    /// A report with every point of `cfg`'s systems measured at `mbps` MB/s.
+    fn report(cfg: &PaperConfig, mbps: f64) -> Report {
+        let mut points = Vec::new();
+        for system in cfg.systems() {
+            for delay in cfg.delays() {
+                for &x in &cfg.parallel {
+                    for op in Op::ALL {
+                        let mut p = PointResult::empty(system, op, x, delay);
+                        p.mean_mbps = mbps;
+                        p.per_client_mbps = vec![mbps; x];
+                        points.push(p);
+                    }
+                }
+            }
+        }
+        let indexes = compute_indexes(&points, &cfg.systems(), &cfg.parallel, cfg.delay_ms);
+        Report {
+            points,
+            indexes,
+            delay_check: DelayCheck::default(),
+            out_dir: cfg.out.clone(),
+            charts: Vec::new(),
+            charts_note: Some("test".to_string()),
+            elapsed_secs: 1.0,
+        }
+    }
+
+    fn header_of<'a>(md: &'a str, section: &str) -> &'a str {
+        let body = &md[md.find(section).unwrap_or_else(|| panic!("no {section}"))..];
+        body.lines()
+            .find(|l| l.starts_with("| op |"))
+            .unwrap_or_else(|| panic!("no table in {section}"))
+    }
 
     #[test]
-    fn test_zone_split_follows_client_placement() {
-        let mut p = PointResult::empty(System::Baseline, Op::SmallRead, 5, 10);
-        // 4 zones: clients 0 and 4 are in zone 1.
-        p.per_client_mbps = vec![10.0, 1.0, 2.0, 3.0, 20.0];
-        assert_eq!(zone_split(&p, 4), (Some(15.0), Some(2.0)));
-        p.per_client_mbps = vec![10.0];
-        assert_eq!(zone_split(&p, 4), (Some(10.0), None));
+    fn test_markdown_names_both_policies_and_shows_every_system() {
+        let cfg = PaperConfig::example(vec![WritePolicy::Sync, WritePolicy::ZoneSync]);
+        let md = markdown(&cfg, &report(&cfg, 10.0), 2);
+        assert!(
+            md.contains("(copies 3, write policies sync, zone-sync, one drove system each)"),
+            "{md}"
+        );
+        assert!(md.contains("c0..c1 sync, z0..z1 zone-sync"), "{md}");
+        assert!(
+            md.contains("(drove sync, drove zone-sync, baseline)"),
+            "{md}"
+        );
+        for section in [
+            "## Throughput per client",
+            "## ParallelismImpactRatio",
+            "## LatencyImpactRatio",
+            "## Per-client throughput by zone",
+            "## Transfer efficiency",
+            "## Reads:",
+        ] {
+            let h = header_of(&md, section);
+            for sy in [System::Drove, System::DroveZoneSync] {
+                assert!(h.contains(sy.label()), "{section}: {h}");
+            }
+            assert!(h.contains("baseline"), "{section}: {h}");
+        }
+        // Equal throughput everywhere: every comparison is met.
+        assert!(md.contains("- drove sync: LatencyImpactRatio >= the baseline's in 8 of 8"));
+        assert!(md.contains("- drove zone-sync: LatencyImpactRatio >= the baseline's in 8 of 8"));
+        assert!(!md.contains("**no**"), "{md}");
+        assert!(md.contains("Charts skipped: test."));
+    }
+
+    #[test]
+    fn test_markdown_with_one_policy_says_which() {
+        let cfg = PaperConfig::example(vec![WritePolicy::ZoneSync]);
+        let md = markdown(&cfg, &report(&cfg, 10.0), 2);
+        assert!(md.contains("(copies 3, write policy zone-sync)"), "{md}");
+        assert!(!md.contains("drove sync"), "{md}");
+        assert!(header_of(&md, "## Throughput per client").contains("drove zone-sync"));
     }
 
     #[test]

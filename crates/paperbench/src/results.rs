@@ -137,7 +137,7 @@ impl PointResult {
 
     /// Bytes sent between nodes per byte clients wrote (write operations only).
     pub fn transfer_efficiency(&self) -> Option<f64> {
-        if !self.op.is_write() || self.system != System::Drove {
+        if !self.op.is_write() || !self.system.is_drove() {
             return None;
         }
         crate::index::ratio(
@@ -148,7 +148,7 @@ impl PointResult {
 
     /// Bytes sent between nodes of different zones per byte clients wrote.
     pub fn cross_zone_efficiency(&self) -> Option<f64> {
-        if !self.op.is_write() || self.system != System::Drove {
+        if !self.op.is_write() || !self.system.is_drove() {
             return None;
         }
         crate::index::ratio(
@@ -164,6 +164,19 @@ impl PointResult {
             self.traffic.client_bytes as f64,
         )
     }
+}
+
+/// The point of `system`, `op`, `x` and `delay_ms` among `points`, if measured.
+pub fn find_point(
+    points: &[PointResult],
+    system: System,
+    op: Op,
+    x: usize,
+    delay_ms: u64,
+) -> Option<&PointResult> {
+    points
+        .iter()
+        .find(|p| p.system == system && p.op == op && p.x == x && p.delay_ms == delay_ms)
 }
 
 /// Measured round trips of the delay check, ms.
@@ -369,5 +382,35 @@ mod tests {
         assert_eq!(p.transfer_efficiency(), None);
         let r = PointResult::empty(System::Drove, Op::BlockRead, 1, 0);
         assert_eq!(r.transfer_efficiency(), None);
+        // zone-sync is drove too; the baseline has no nodes to count.
+        let mut z = PointResult::empty(System::DroveZoneSync, Op::SmallWrite, 2, 10);
+        z.traffic.client_bytes = 100;
+        z.traffic.peer_sent_bytes = 250;
+        z.traffic.cross_zone_sent_bytes = 100;
+        assert_eq!(z.transfer_efficiency(), Some(2.5));
+        assert_eq!(z.cross_zone_efficiency(), Some(1.0));
+        let mut b = PointResult::empty(System::Baseline, Op::SmallWrite, 2, 10);
+        b.traffic.client_bytes = 100;
+        b.traffic.peer_sent_bytes = 250;
+        assert_eq!(b.transfer_efficiency(), None);
+        assert_eq!(b.cross_zone_efficiency(), None);
+    }
+
+    #[test]
+    fn test_csv_names_every_system() {
+        let pts: Vec<PointResult> = System::ALL
+            .into_iter()
+            .map(|s| PointResult::empty(s, Op::BlockWrite, 1, 0))
+            .collect();
+        let csv = points_csv(&pts);
+        let names: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap_or(""))
+            .collect();
+        assert_eq!(names, vec!["drove", "drove-zone-sync", "baseline"]);
+        for n in names {
+            assert!(System::parse(n).is_some(), "{n}");
+        }
     }
 }

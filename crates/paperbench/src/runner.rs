@@ -1,10 +1,12 @@
 //! The whole experiment, in order: check the tools, start toxiproxy and the drove
 //! cluster, lay out the WAN (routes files before any I/O), create one disk per
-//! client on both systems, prefill them, check that cross-zone traffic goes through
-//! the proxies, then for each delay (0, then the delay after the toxics are added
-//! and a round trip proves them) run every (X, operation) point, repeats
-//! interleaved drove / baseline. Everything started is stopped on every path
-//! (guards), then results.csv, indexes.csv, results.md and the charts are written.
+//! client on every system (one drove VDI per client and write policy, in the one
+//! cluster), prefill them, check that cross-zone traffic goes through the proxies,
+//! then run [`schedule`]: for each delay (0, then the delay after the toxics are
+//! added and a round trip proves them) every (X, operation) point, repeats
+//! interleaved across the systems (drove with each policy, then the baseline).
+//! Everything started is stopped on every path (guards), then results.csv,
+//! indexes.csv, results.md and the charts are written.
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use std::time::Instant;
 use crate::baseline::Baseline;
 use crate::charts;
 use crate::cluster::DroveCluster;
-use crate::config::{Op, PaperConfig, System};
+use crate::config::{Op, PaperConfig};
 use crate::cpu;
 use crate::index::compute_indexes;
 use crate::measure::{
@@ -102,10 +104,11 @@ fn start_rig(
 ) -> Result<(Rig, Vec<String>, String)> {
     let toxi = Toxiproxy::start(tox_bin, &work.join("toxiproxy.log"), cancel)?;
     say!(
-        "starting drove: {} zones x {} nodes, copies {}; toxiproxy API at {}",
+        "starting drove: {} zones x {} nodes, copies {}, write policies {}; toxiproxy API at {}",
         cfg.zones,
         cfg.nodes_per_zone,
         cfg.copies,
+        cfg.policies_text(),
         toxi.api()
     );
     let cluster = DroveCluster::start(
@@ -138,14 +141,23 @@ fn start_rig(
         .unwrap_or_default();
     let check_listen = toxi.create_proxy(CHECK_PROXY, &admin0)?;
     let clients = cfg.clients();
-    let mut drove_uris = Vec::new();
-    for i in 0..clients {
-        cancel.check()?;
-        let name = format!("c{i}");
-        cluster.create_vdi(&name, cfg.size, cfg.copies, cfg.policy)?;
-        let node = client_node(i, cfg.zones, &zones)
-            .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
-        drove_uris.push(cluster.unix_uri(node, &name)?);
+    let mut drove_uris = BTreeMap::new();
+    for system in cfg.drove_systems() {
+        let policy = system
+            .policy()
+            .ok_or_else(|| anyhow!("{} is not a drove system", system.name()))?;
+        let mut uris = Vec::new();
+        for i in 0..clients {
+            cancel.check()?;
+            let name = system
+                .vdi_name(i)
+                .ok_or_else(|| anyhow!("{} has no VDIs", system.name()))?;
+            cluster.create_vdi(&name, cfg.size, cfg.copies, policy)?;
+            let node = client_node(i, cfg.zones, &zones)
+                .ok_or_else(|| anyhow!("Zone of client {i} has no node"))?;
+            uris.push(cluster.unix_uri(node, &name)?);
+        }
+        drove_uris.insert(system, uris);
     }
     say!("starting the baseline: {clients} qemu-nbd disk(s) in zone 1");
     let base = Baseline::start(
@@ -183,9 +195,10 @@ fn prefill_and_check_routes(
     dc: &mut DelayCheck,
 ) -> Result<()> {
     say!(
-        "prefilling {} disk(s) of {} on each system",
-        rig.drove_uris.len(),
-        drove_types::format_size(cfg.size)
+        "prefilling {} disk(s) of {} on each of {} system(s)",
+        cfg.clients(),
+        drove_types::format_size(cfg.size),
+        cfg.systems().len()
     );
     prefill(rig, cfg, cancel)?;
     let port_of = |addr: &str| {
@@ -232,6 +245,75 @@ fn stop_rig(mut rig: Rig, dc: &mut DelayCheck) -> Result<()> {
     Ok(())
 }
 
+/// One measured run: repeat `rep` (0-based) of point number `point` (1-based, as
+/// the progress line counts them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The point's number, 1 to [`PaperConfig::points`].
+    pub point: usize,
+    /// What the run measures.
+    pub key: PointKey,
+    /// Which repeat of the point.
+    pub rep: usize,
+}
+
+/// Every run of the experiment in the order they happen: the delays in turn (no
+/// delay first), then X, then the operations (each read after its write); a
+/// point's repeats in turn, each repeat running every system one after the other
+/// (drove with each policy, then the baseline) so that slow drifts of the machine
+/// touch them alike.
+pub fn schedule(cfg: &PaperConfig) -> Vec<Run> {
+    let systems = cfg.systems();
+    let mut v = Vec::new();
+    let mut first_point = 1;
+    for delay_ms in cfg.delays() {
+        for &x in &cfg.parallel {
+            for op in Op::ALL {
+                for rep in 0..cfg.repeat {
+                    for (si, &system) in systems.iter().enumerate() {
+                        let key = PointKey {
+                            system,
+                            op,
+                            x,
+                            delay_ms,
+                        };
+                        v.push(Run {
+                            point: first_point + si,
+                            key,
+                            rep,
+                        });
+                    }
+                }
+                first_point += systems.len();
+            }
+        }
+    }
+    v
+}
+
+/// Put the latency toxics on every proxy and prove them with real round trips
+/// (to a node's admin port, and to a baseline server if a client is remote).
+fn add_delay(
+    rig: &mut Rig,
+    proxies: &[String],
+    check_listen: &str,
+    delay: u64,
+    dc: &mut DelayCheck,
+) -> Result<()> {
+    for p in proxies {
+        rig.toxi.add_latency(p, delay)?;
+    }
+    let rtt = http_rtt(check_listen, "/api/status")?;
+    require_delay("to node 1's admin port through a proxy", rtt, delay)?;
+    dc.rtt_delay_ms = rtt.as_secs_f64() * 1e3;
+    if let Some((_, listen)) = rig.base.clients.iter().find_map(|c| c.proxy.as_ref()) {
+        let r = nbd_rtt(listen)?;
+        require_delay("to a baseline qemu-nbd through its proxy", r, delay)?;
+        dc.baseline_rtt_delay_ms = Some(r.as_secs_f64() * 1e3);
+    }
+    Ok(())
+}
+
 fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Result<Report> {
     let started = Instant::now();
     let (mut rig, proxies, check_listen) = start_rig(cfg, work, tox_bin, cancel)?;
@@ -241,57 +323,39 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
 
     let mut acc: BTreeMap<PointKey, (Vec<RepeatSample>, Traffic)> = BTreeMap::new();
     let mut progress = Progress::new(cfg.points(), cfg.repeat, cfg.runtime_secs as f64 + 1.0);
-    let nx = cfg.parallel.len();
-    for (di, delay) in cfg.delays().into_iter().enumerate() {
-        if delay > 0 {
-            for p in &proxies {
-                rig.toxi.add_latency(p, delay)?;
-            }
-            let rtt = http_rtt(&check_listen, "/api/status")?;
-            require_delay("to node 1's admin port through a proxy", rtt, delay)?;
-            dc.rtt_delay_ms = rtt.as_secs_f64() * 1e3;
-            if let Some((_, listen)) = rig.base.clients.iter().find_map(|c| c.proxy.as_ref()) {
-                let r = nbd_rtt(listen)?;
-                require_delay("to a baseline qemu-nbd through its proxy", r, delay)?;
-                dc.baseline_rtt_delay_ms = Some(r.as_secs_f64() * 1e3);
-            }
+    let mut delay_now = 0;
+    for run in schedule(cfg) {
+        let PointKey {
+            system,
+            op,
+            x,
+            delay_ms: delay,
+        } = run.key;
+        if delay != delay_now {
+            add_delay(&mut rig, &proxies, &check_listen, delay, &mut dc)?;
             progress.note(&format!(
                 "WAN delay {delay} ms in effect: round trip through a proxy {:.1} ms (was {:.1} ms)",
                 dc.rtt_delay_ms, dc.rtt_no_delay_ms
             ));
+            delay_now = delay;
         }
-        for (xi, &x) in cfg.parallel.iter().enumerate() {
-            for (oi, op) in Op::ALL.into_iter().enumerate() {
-                for rep in 0..cfg.repeat {
-                    for (si, system) in System::ALL.into_iter().enumerate() {
-                        cancel.check()?;
-                        let point = ((di * nx + xi) * Op::ALL.len() + oi) * 2 + si + 1;
-                        progress.begin(
-                            point,
-                            &format!(
-                                "{} {} X={x} delay={delay}ms repeat {}/{}",
-                                system.name(),
-                                op.name(),
-                                rep + 1,
-                                cfg.repeat
-                            ),
-                        );
-                        let t0 = Instant::now();
-                        let key = PointKey {
-                            system,
-                            op,
-                            x,
-                            delay_ms: delay,
-                        };
-                        let (sample, traffic) = measure(&mut rig, cfg, key, rep, cancel)?;
-                        progress.end_run(t0.elapsed().as_secs_f64());
-                        let e = acc.entry(key).or_default();
-                        e.0.push(sample);
-                        add_traffic(&mut e.1, &traffic);
-                    }
-                }
-            }
-        }
+        cancel.check()?;
+        progress.begin(
+            run.point,
+            &format!(
+                "{} {} X={x} delay={delay}ms repeat {}/{}",
+                system.name(),
+                op.name(),
+                run.rep + 1,
+                cfg.repeat
+            ),
+        );
+        let t0 = Instant::now();
+        let (sample, traffic) = measure(&mut rig, cfg, run.key, run.rep, cancel)?;
+        progress.end_run(t0.elapsed().as_secs_f64());
+        let e = acc.entry(run.key).or_default();
+        e.0.push(sample);
+        add_traffic(&mut e.1, &traffic);
     }
     progress.finish();
     // Free the machine before drawing.
@@ -301,7 +365,7 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
         .into_iter()
         .map(|(k, (reps, t))| PointResult::from_repeats(k.system, k.op, k.x, k.delay_ms, &reps, t))
         .collect();
-    let indexes = compute_indexes(&points, &cfg.parallel, cfg.delay_ms);
+    let indexes = compute_indexes(&points, &cfg.systems(), &cfg.parallel, cfg.delay_ms);
     write_text(&cfg.out.join("results.csv"), &points_csv(&points))?;
     write_text(&cfg.out.join("indexes.csv"), &indexes_csv(&indexes))?;
     let (charts, charts_note) = match charts::render(&cfg.out) {
@@ -326,4 +390,75 @@ fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Re
         &report::markdown(cfg, &rep, cpu::cores()),
     )?;
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::System;
+    use drove_types::WritePolicy;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn test_schedule_runs_every_system_at_every_point() {
+        let mut cfg = PaperConfig::example(vec![WritePolicy::Sync, WritePolicy::ZoneSync]);
+        cfg.repeat = 2;
+        let runs = schedule(&cfg);
+        assert_eq!(runs.len(), cfg.points() * cfg.repeat);
+        assert_eq!(cfg.points(), 48);
+        // Every (system, op, X, delay) once per repeat, under one point number.
+        let mut numbers = BTreeMap::new();
+        for r in &runs {
+            numbers
+                .entry(r.key)
+                .or_insert_with(Vec::new)
+                .push((r.point, r.rep));
+        }
+        assert_eq!(numbers.len(), cfg.points());
+        for (key, v) in &numbers {
+            assert_eq!(v.len(), 2, "{key:?}");
+            assert_eq!(v[0].0, v[1].0, "{key:?}: one number for both repeats");
+            assert_eq!((v[0].1, v[1].1), (0, 1));
+        }
+        let distinct: BTreeSet<usize> = numbers.values().map(|v| v[0].0).collect();
+        assert_eq!(distinct, (1..=cfg.points()).collect());
+        for system in System::ALL {
+            assert_eq!(
+                runs.iter().filter(|r| r.key.system == system).count(),
+                16 * 2,
+                "{system:?}"
+            );
+        }
+        // Each repeat runs the systems in turn: sync, zone-sync, then the baseline.
+        let first: Vec<(System, usize, usize)> = runs[..6]
+            .iter()
+            .map(|r| (r.key.system, r.point, r.rep))
+            .collect();
+        use System::{Baseline, Drove, DroveZoneSync};
+        assert_eq!(
+            first,
+            [
+                (Drove, 1, 0),
+                (DroveZoneSync, 2, 0),
+                (Baseline, 3, 0),
+                (Drove, 1, 1),
+                (DroveZoneSync, 2, 1),
+                (Baseline, 3, 1)
+            ]
+        );
+        // No delay first, then the delay: the toxics go on once.
+        let switch = runs.iter().position(|r| r.key.delay_ms == 10).unwrap();
+        assert_eq!(switch, runs.len() / 2);
+        assert!(runs[switch..].iter().all(|r| r.key.delay_ms == 10));
+        assert_eq!(runs.last().map(|r| r.point), Some(48));
+    }
+
+    #[test]
+    fn test_schedule_with_one_policy_has_no_other_drove_system() {
+        let cfg = PaperConfig::example(vec![WritePolicy::ZoneSync]);
+        let runs = schedule(&cfg);
+        assert_eq!(runs.len(), 32);
+        assert!(runs.iter().all(|r| r.key.system != System::Drove));
+        assert_eq!(runs.iter().map(|r| r.point).max(), Some(32));
+    }
 }
