@@ -32,10 +32,40 @@ pub(crate) async fn execute(
     let structured = t.params.structured;
     match run(t, req, payload, barrier).await {
         Ok(reply) => (reply, true),
-        Err(e) => (
-            Reply::error(req.cookie, structured, errno_for(e.kind()), &e.to_string()),
-            false,
-        ),
+        Err(e) => {
+            warn_failed(req, &e);
+            (
+                Reply::error(req.cookie, structured, errno_for(e.kind()), &e.to_string()),
+                false,
+            )
+        }
+    }
+}
+
+/// The second (since the epoch) of the last failed-request warning.
+static LAST_WARNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Log a request the client gets an error for: what the guest sees as EIO must be
+/// in the node's log with its cause. At most one a second per process (a failing
+/// disk fails every request); the rest show in the NBD metrics.
+fn warn_failed(req: &Request, e: &Error) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED.load(Relaxed);
+    if now > last
+        && LAST_WARNED
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            command = ?req.command,
+            offset = req.offset,
+            length = req.length,
+            errno = errno_for(e.kind()),
+            "nbd request failed: {e}"
+        );
     }
 }
 
