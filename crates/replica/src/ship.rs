@@ -264,7 +264,12 @@ impl State {
         }
         match self.rate {
             Some(r) => (self.bytes + weight) as f64 <= r * half,
-            None => self.bytes + weight <= FIRST_ALLOWANCE,
+            // Two writes larger than the allowance may fly at once: with only one,
+            // the lane empties between them, every write starts a new busy spell, no
+            // rate is ever measured, and a 1 MiB writer ships one write per WAN
+            // round trip (zone-sync block writes fell to 0.12 of their no-delay
+            // speed in bench/results/paper-full-2026-11-23).
+            None => self.bytes + weight <= FIRST_ALLOWANCE.max(2 * weight),
         }
     }
 

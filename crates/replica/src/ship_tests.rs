@@ -331,3 +331,39 @@ async fn test_a_write_given_up_after_a_mark_does_not_fail_that_mark() {
     lane.finish(e, &Err(Error::new(ErrorKind::Gone, "deleted")));
     assert_eq!(lane.given_up_before(mark), None);
 }
+
+/// Before a rate is known, a write larger than the first allowance may join one in
+/// flight (so the lane does not empty between them and its rate gets measured), but
+/// not a third.
+#[test]
+fn test_before_a_rate_two_large_writes_may_fly_not_three() {
+    let mut st = State::default();
+    let bound = (Duration::from_secs(5), 256 << 20);
+    let now = Instant::now();
+    let fly = |st: &mut State, seq: u64| {
+        st.flying.push(Flying {
+            seq,
+            oid: ObjectId::new(VdiId(7), seq as u32),
+            span: (0, 15),
+            at: now,
+            weight: 1 << 20,
+        });
+        st.bytes += 1 << 20;
+    };
+    fly(&mut st, 0);
+    assert!(st.admits(1 << 20, bound, now));
+    fly(&mut st, 1);
+    assert!(!st.admits(1 << 20, bound, now));
+    // Small writes keep the first allowance.
+    let mut st = State::default();
+    st.flying.push(Flying {
+        seq: 0,
+        oid: ObjectId::new(VdiId(7), 0),
+        span: (0, 0),
+        at: now,
+        weight: FIRST_ALLOWANCE - 4096,
+    });
+    st.bytes = FIRST_ALLOWANCE - 4096;
+    assert!(st.admits(4096, bound, now));
+    assert!(!st.admits(8192, bound, now));
+}
