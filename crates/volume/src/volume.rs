@@ -109,6 +109,10 @@ impl Volume {
         let mut synced = self.sync().await;
         for wait in DETACH_SYNC_RETRIES {
             let Err(e) = &synced else { break };
+            // Deleted, or the lock moved on: nothing to bring up to date any more.
+            if matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced) {
+                break;
+            }
             if self.attached.load(Ordering::SeqCst) != 0 {
                 return;
             }
@@ -122,6 +126,10 @@ impl Volume {
         if let Some(g) = self.lock.detach_all().await {
             let info = self.info();
             if let Err(e) = synced {
+                if matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced) {
+                    tracing::debug!(vdi = %info.name, "not released at detach: {e}");
+                    return;
+                }
                 // A release says "every copy has every write, durably" (the next
                 // writer skips the repair of generation g): not true now. The lock
                 // is left to run out instead; the next writer repairs first.
