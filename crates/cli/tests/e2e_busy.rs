@@ -3,14 +3,7 @@
 //! hogs must not run beside another test's timing (e2e_silent's SIGSTOP tests).
 mod common;
 use common::*;
-use serde_json::Value;
 use std::process::{Child, Command, Stdio};
-
-fn status(c: &Cluster) -> Value {
-    let o = c.drove(0, &["cluster", "status", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 /// Two CPU hogs beside the cluster for the length of a test.
 struct Hogs(Vec<Child>);
@@ -48,7 +41,7 @@ fn test_busy_machine_marks_no_healthy_node_down() {
     }
     let c = Cluster::start(3, 3);
     c.create_vdi("busy", "256M", &["--copies", "3"]);
-    let epoch = status(&c)["map"]["epoch"].as_u64().unwrap();
+    let epoch = c.status()["map"]["epoch"].as_u64().unwrap();
     let _hogs = Hogs::start(2);
     let o = Command::new("fio")
         .args([
@@ -66,7 +59,7 @@ fn test_busy_machine_marks_no_healthy_node_down() {
         .output()
         .expect("fio");
     assert!(o.status.success(), "fio failed: {}", text(&o));
-    let s = status(&c);
+    let s = c.status();
     assert_eq!(
         s["map"]["epoch"].as_u64(),
         Some(epoch),

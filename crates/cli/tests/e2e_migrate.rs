@@ -100,14 +100,7 @@ fn assert_no_errors(what: &str, console: &str) {
 
 /// The first `sectors` sectors of the VDI, read from the host through `uri`.
 fn read_disk(uri: &str, dir: &Path, sectors: usize) -> Vec<u8> {
-    let raw = dir.join("disk.raw");
-    let o = run(Command::new("qemu-img")
-        .args(["convert", "-f", "raw", "-O", "raw", uri])
-        .arg(&raw));
-    assert!(o.status.success(), "qemu-img convert {uri}: {}", text(&o));
-    let mut bytes = std::fs::read(&raw).unwrap();
-    bytes.truncate(sectors * 512);
-    bytes
+    read_image(uri, dir, sectors * 512)
 }
 
 /// The text of a sector as the guest wrote it (a line padded with zeros).

@@ -58,12 +58,6 @@ fn longest_pause(log: &std::path::Path) -> (Duration, usize) {
     (Duration::from_millis(gap), times.len())
 }
 
-fn status(c: &Cluster) -> Value {
-    let o = c.drove(0, &["cluster", "status", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 fn signal(pid: u32, sig: i32) {
     // SAFETY: signalling a node process this test started.
     unsafe { libc::kill(pid as i32, sig) };
@@ -78,7 +72,7 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     let o = c.drove(0, &["cluster", "config", "--hold-down", "3"]);
     assert!(o.status.success(), "{}", text(&o));
     c.create_vdi("s", "64M", &["--copies", "3", "--mode", mode]);
-    let leader = status(&c)["leader"].as_u64().unwrap();
+    let leader = c.status()["leader"].as_u64().unwrap();
     let victim = c.nodes[1..]
         .iter()
         .find(|n| n.id != leader)
@@ -104,7 +98,7 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     let (pause, writes) = longest_pause(&dir.path().join("w_lat.1.log"));
     eprintln!("{mode} QD{qd}: {writes} writes, longest pause between acknowledgements {pause:?}");
     assert!(writes > 1000, "fio wrote too little to judge: {writes}");
-    let history = status(&c)["epoch_history"].to_string();
+    let history = c.status()["epoch_history"].to_string();
     // Alone on this machine the pause is about the 1 s silence floor (1.01-1.02 s,
     // bench/results/silent-node.md), and the target is under 2 s. The suite runs two
     // tests at once on a machine that may be busy (2.23 s was seen beside two CPU
@@ -132,10 +126,10 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     );
     // Back after SIGCONT through the normal catch-up; every replica identical.
     wait_until(Duration::from_secs(60), "the stopped node back up", || {
-        status(&c)["map"]["nodes"][victim.id.to_string()]["state"] == "Up"
+        c.status()["map"]["nodes"][victim.id.to_string()]["state"] == "Up"
     });
     // Down once, up once: no flapping.
-    let history = status(&c)["epoch_history"].to_string();
+    let history = c.status()["epoch_history"].to_string();
     let downs = history
         .matches(&format!("node {} Up -> Down", victim.id))
         .count();

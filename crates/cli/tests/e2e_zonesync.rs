@@ -283,20 +283,7 @@ fn acked(out: &str) -> Vec<(u64, f64)> {
 /// The first `blocks` 4 KiB blocks of VDI `name`, read through node `i`.
 fn read_blocks(c: &Cluster, i: usize, name: &str, blocks: u64) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("disk.raw");
-    let o = run(Command::new("qemu-img").args([
-        "convert",
-        "-f",
-        "raw",
-        "-O",
-        "raw",
-        &uri(c, i, name),
-        out.to_str().unwrap(),
-    ]));
-    assert!(o.status.success(), "qemu-img convert: {}", text(&o));
-    let mut disk = std::fs::read(&out).unwrap();
-    disk.truncate((blocks * 4096) as usize);
-    disk
+    read_image(&uri(c, i, name), dir.path(), (blocks * 4096) as usize)
 }
 
 fn status(c: &Cluster, i: usize) -> Value {

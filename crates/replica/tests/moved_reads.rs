@@ -9,12 +9,6 @@ use drove_types::{ClusterMap, Epoch, ObjectId, PastHome, ReplicationMode, VdiInf
 use std::collections::HashSet;
 use std::sync::Arc;
 
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_read_while_the_new_holders_recover_is_served_by_a_copy_placed_before_the_move() {
     // Four nodes: 1 and 2 in zone a, 3 and 4 in zone b. The VDI's two copies live
@@ -95,7 +89,7 @@ async fn test_a_read_while_the_new_holders_recover_is_served_by_a_copy_placed_be
     assert_eq!(got, data, "the old copy's bytes");
     let text = reader.metrics.encode();
     assert_eq!(
-        metric(&text, "drove_gateway_reads_total{where=\"before-move\"}"),
+        count(&text, "drove_gateway_reads_total{where=\"before-move\"}"),
         1,
         "{text}"
     );
@@ -107,7 +101,7 @@ async fn test_a_read_while_the_new_holders_recover_is_served_by_a_copy_placed_be
     let got = reader.gateway.read(&moved, oid, 4096, 8192).await.unwrap();
     assert_eq!(got, data);
     assert_eq!(
-        metric(
+        count(
             &reader.metrics.encode(),
             "drove_gateway_reads_total{where=\"before-move\"}"
         ),

@@ -45,11 +45,6 @@ fn object_on(nodes: &[TestNode], vdi: &drove_types::VdiInfo, want: &[u64]) -> Ob
 }
 
 /// The value of the metric line `name` (with its labels) in `text`, if present.
-fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_frozen_zone_replica_is_hedged_and_the_next_one_serves() {
     // Node 2 shares node 1's zone: node 1 reads from it first.

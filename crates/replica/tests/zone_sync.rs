@@ -60,13 +60,6 @@ fn stored(node: &TestNode, oid: ObjectId, len: usize) -> Option<Vec<u8>> {
     Some(node.store.read(oid, 0, len as u32).unwrap())
 }
 
-/// The value of the metric line `name` in `text`.
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_order() {
     let v = zoned_vdi(WritePolicy::ZoneSync, 60_000, 256 << 20);
@@ -132,11 +125,11 @@ async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_orde
     // Every write crossed into the far zone once at most (node 3 relayed to node 4;
     // the sequential run was merged, so less).
     let text = nodes[0].metrics.encode();
-    let written = metric(&text, "drove_gateway_written_bytes_total");
-    let crossed = metric(&text, "drove_gateway_cross_zone_bytes_total");
+    let written = count(&text, "drove_gateway_written_bytes_total");
+    let crossed = count(&text, "drove_gateway_cross_zone_bytes_total");
     assert_eq!(written, 4096 + 20 * 8192 + 16 * 4096);
     assert!(crossed <= written, "crossed {crossed} of {written}");
-    assert!(metric(&text, "drove_zone_sync_shipped_bytes_total") >= 20 * 8192);
+    assert!(count(&text, "drove_zone_sync_shipped_bytes_total") >= 20 * 8192);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +170,7 @@ async fn test_a_writer_waits_at_the_lag_bound_and_goes_on_when_the_far_zone_thaw
         "it got as far as the first allowance: {stuck} writes of 64 KiB"
     );
     let text = nodes[0].metrics.encode();
-    assert!(metric(&text, "drove_zone_sync_throttled_writes_total") >= 1);
+    assert!(count(&text, "drove_zone_sync_throttled_writes_total") >= 1);
     freeze(&relays, false);
     tokio::time::timeout(Duration::from_secs(30), writer)
         .await
@@ -220,7 +213,7 @@ async fn test_a_sync_write_crosses_into_a_remote_zone_once_and_waits_for_it() {
     }
     let text = nodes[0].metrics.encode();
     assert_eq!(
-        metric(&text, "drove_gateway_cross_zone_bytes_total"),
+        count(&text, "drove_gateway_cross_zone_bytes_total"),
         65536,
         "one copy into the far zone, relayed there"
     );
@@ -269,12 +262,12 @@ async fn test_a_writer_outside_the_home_zone_reads_home_copies_while_its_zone_la
     assert_eq!(got, pattern(2, 4096));
     let text = nodes[2].metrics.encode();
     assert_eq!(
-        metric(&text, "drove_gateway_hedged_reads_total"),
+        count(&text, "drove_gateway_hedged_reads_total"),
         0,
         "{text}"
     );
     assert_eq!(
-        metric(&text, r#"drove_gateway_reads_total{where="remote"}"#),
+        count(&text, r#"drove_gateway_reads_total{where="remote"}"#),
         1
     );
     relays[3].frozen.store(false, Ordering::SeqCst);
@@ -290,7 +283,7 @@ async fn test_a_writer_outside_the_home_zone_reads_home_copies_while_its_zone_la
     gw.read(&v, oid, 0, 4096).await.unwrap();
     let text = nodes[2].metrics.encode();
     assert_eq!(
-        metric(&text, r#"drove_gateway_reads_total{where="zone"}"#),
+        count(&text, r#"drove_gateway_reads_total{where="zone"}"#),
         1
     );
 }

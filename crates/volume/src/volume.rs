@@ -106,11 +106,12 @@ impl Volume {
         // The copies in other zones get every write before the lock goes: a next
         // writer's lock generation would fence what is still queued here. A failed
         // flush is tried again a few times (the lease is renewed meanwhile).
+        // Deleted, or the lock moved on: nothing is left to bring up to date.
+        let moot = |e: &Error| matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced);
         let mut synced = self.sync().await;
         for wait in DETACH_SYNC_RETRIES {
             let Err(e) = &synced else { break };
-            // Deleted, or the lock moved on: nothing to bring up to date any more.
-            if matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced) {
+            if moot(e) {
                 break;
             }
             if self.attached.load(Ordering::SeqCst) != 0 {
@@ -126,7 +127,7 @@ impl Volume {
         if let Some(g) = self.lock.detach_all().await {
             let info = self.info();
             if let Err(e) = synced {
-                if matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced) {
+                if moot(&e) {
                     tracing::debug!(vdi = %info.name, "not released at detach: {e}");
                     return;
                 }

@@ -186,6 +186,13 @@ impl Cluster {
             .args(["--cluster", &self.nodes[i].admin]))
     }
 
+    /// `drove cluster status --json`, asked of node 1.
+    pub fn status(&self) -> serde_json::Value {
+        let o = self.drove(0, &["cluster", "status", "--json"]);
+        assert!(o.status.success(), "cluster status failed: {}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
     /// The names in `drove vdi list`.
     pub fn vdi_names(&self) -> Vec<String> {
         let o = self.drove(0, &["vdi", "list", "--json"]);
@@ -310,6 +317,19 @@ impl Drop for Cluster {
             unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
         }
     }
+}
+
+/// The first `len` bytes of the disk at `uri`, read with `qemu-img convert` into a
+/// raw file in `dir`; panics when qemu-img fails.
+pub fn read_image(uri: &str, dir: &Path, len: usize) -> Vec<u8> {
+    let raw = dir.join("disk.raw");
+    let o = run(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw", uri])
+        .arg(&raw));
+    assert!(o.status.success(), "qemu-img convert {uri}: {}", text(&o));
+    let mut bytes = std::fs::read(&raw).unwrap();
+    bytes.truncate(len);
+    bytes
 }
 
 /// Run qemu-io with `cmds` on `uri`; panics on a failed command or a pattern mismatch.

@@ -137,6 +137,17 @@ pub fn vdi(mode: ReplicationMode) -> VdiInfo {
     }
 }
 
+/// The value of the metric line `name` (with its labels) in `text`, if there is one.
+pub fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// [`metric`], 0 when the line is missing (a counter never incremented).
+pub fn count(text: &str, name: &str) -> u64 {
+    metric(text, name).unwrap_or(0)
+}
+
 pub fn pattern(seed: u8, len: usize) -> Bytes {
     Bytes::from(
         (0..len)
