@@ -89,6 +89,10 @@ impl FileStore {
             .write(offset, data)
             .and_then(|()| version.map_or(Ok(()), |v| f.set_version(v)));
         self.dirty.mark(&f);
+        if res.is_ok() && f.note_written(data.len() as u64) {
+            // A hint: the flush that makes the data durable reports any disk error.
+            let _ = f.start_writeback();
+        }
         res
     }
 
@@ -318,6 +322,30 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Unavailable);
         drop(a);
         FileStore::open(dir.path(), OBJ).unwrap();
+    }
+
+    #[test]
+    fn test_write_back_starts_after_each_mebibyte_written_to_an_object() {
+        use crate::objfile::WRITEBACK_AFTER;
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileStore::open(dir.path(), OBJ).unwrap();
+        let oid = ObjectId::new(VdiId(1), 0);
+        let block = [5u8; 4096];
+        let blocks = WRITEBACK_AFTER / 4096;
+        for i in 0..blocks - 1 {
+            s.write(oid, i * 4096, &block).unwrap();
+        }
+        let f = s.handle(oid, false).unwrap().unwrap();
+        assert_eq!(f.unstarted(), WRITEBACK_AFTER - 4096);
+        s.write(oid, (blocks - 1) * 4096, &block).unwrap();
+        assert_eq!(f.unstarted(), 0, "the write-back was started");
+        s.write(oid, 0, &[6u8; 100]).unwrap();
+        assert_eq!(f.unstarted(), 100);
+        // Still dirty until a flush: the write-back is only a hint.
+        assert_eq!(s.dirty.len(), 1);
+        s.flush(&[]).unwrap();
+        assert_eq!(s.read(oid, 4096, 4096).unwrap(), block.to_vec());
+        assert_eq!(s.read(oid, 0, 100).unwrap(), vec![6u8; 100]);
     }
 
     #[test]

@@ -24,6 +24,15 @@ const BS: u64 = BLOCK_SIZE;
 const CHUNK_BLOCKS: u64 = 1024;
 const CHUNK_CRC_BYTES: usize = CHUNK_BLOCKS as usize * CRC_LEN;
 
+/// Bytes written to an object's page cache after which their write-back is started
+/// (RocksDB's `bytes_per_sync`). Without it, a VM copying gigabytes fills the page
+/// cache with dirty data that the kernel writes back late and all at once, and every
+/// fsync on the disk meanwhile (the metadata's Raft log among them) waits behind it:
+/// measured here, 2.4 s median for a 300-byte fsync beside 8 buffered writers, 0.3 s
+/// with early write-back. Raft appends that slow time out, and write-lock leases
+/// that cannot be renewed fail the VM's writes.
+pub(crate) const WRITEBACK_AFTER: u64 = 1 << 20;
+
 /// An object's open files and per-object state. There is at most one `ObjFile` per
 /// object in a store at a time (the fd cache guarantees it), so its locks are the
 /// object's locks.
@@ -45,6 +54,8 @@ pub(crate) struct ObjFile {
     pub(crate) deleted: AtomicBool,
     /// Recency for the fd cache's eviction.
     pub(crate) last_used: AtomicU64,
+    /// Bytes written since the object's write-back was last started.
+    unstarted: AtomicU64,
     /// Offset of the version record in the checksum file.
     version_at: u64,
     /// The stored version, once read (so that setting an unchanged one, the case
@@ -152,6 +163,7 @@ impl ObjFile {
             in_dirty: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
+            unstarted: AtomicU64::new(0),
         }
     }
 
@@ -431,6 +443,25 @@ impl ObjFile {
         self.crc
             .write_all_at(&crc.to_le_bytes(), b * CRC_LEN as u64)
             .map_err(|e| self.io_err("write checksums", e))
+    }
+
+    /// Count `n` bytes just written; true when [`WRITEBACK_AFTER`] bytes have been
+    /// written since the last time this said so (the caller then starts the
+    /// write-back). Concurrent writers may both see the threshold; one more
+    /// `sync_file_range` is harmless.
+    pub(crate) fn note_written(&self, n: u64) -> bool {
+        let total = self.unstarted.fetch_add(n, SeqCst).saturating_add(n);
+        if total < WRITEBACK_AFTER {
+            return false;
+        }
+        self.unstarted.store(0, SeqCst);
+        true
+    }
+
+    /// Bytes written since the write-back was last started.
+    #[cfg(test)]
+    pub(crate) fn unstarted(&self) -> u64 {
+        self.unstarted.load(SeqCst)
     }
 
     /// Start the write-back of the object's dirty pages, without waiting for it.
