@@ -11,6 +11,9 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
+/// A metadata disk write slower than this is logged.
+const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Log entries by index, JSON encoded.
 pub(crate) const LOGS: TableDefinition<u64, &[u8]> = TableDefinition::new("logs");
 /// Small named values, JSON encoded (see [`keys`]).
@@ -82,10 +85,18 @@ impl Db {
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || -> Result<(), DbError> {
+            let began = std::time::Instant::now();
             let txn = db.begin_write().map_err(redb::Error::from)?;
             f(&txn)?;
             // Default durability is Immediate: commit returns after fsync.
             txn.commit().map_err(redb::Error::from)?;
+            let took = began.elapsed();
+            if took >= SLOW_WRITE {
+                // Every Raft step waits for these: say when the disk makes them slow.
+                tracing::warn!(
+                    "metadata disk write took {took:.1?} (fsync behind other writes on this disk?)"
+                );
+            }
             Ok(())
         })
         .await

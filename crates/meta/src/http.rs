@@ -132,6 +132,13 @@ async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<
         now: crate::meta::unix_now(),
         ..req
     };
+    if matches!(req.cmd, crate::state::Command::Batch(_)) {
+        tracing::warn!("refused a batch of commands from the network (only the leader makes them)");
+        return Json(Wire::Err {
+            kind: drove_types::ErrorKind::Invalid,
+            msg: "A batch of commands is made by the leader, not sent to it".into(),
+        });
+    }
     Json(meta.local_write_within(req, SERVE_TIMEOUT).await)
 }
 

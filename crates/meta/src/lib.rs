@@ -12,6 +12,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod batch;
 mod db;
 mod health;
 mod http;

@@ -174,6 +174,11 @@ impl Default for MetaState {
 /// A change to the metadata, proposed through Raft.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
+    /// Several commands in one log entry (the leader's group commit), applied in
+    /// order, each on its own (one refused leaves the others be); replies
+    /// [`Reply::Batch`]. Made only by the leader's batcher: refused from the network,
+    /// inside another batch and beyond [`crate::batch::MAX_BATCH`] commands.
+    Batch(Vec<crate::types::Request>),
     /// Hand out a fresh node id; replies [`Reply::NodeId`].
     AllocateNodeId,
     /// Add a node or update its addresses, zone, weight or state. The epoch grows only
@@ -427,6 +432,8 @@ pub enum Reply {
     Vdi(VdiInfo),
     /// The lock after the command.
     Lock(VdiLock),
+    /// The outcome of each command of a [`Command::Batch`], in order.
+    Batch(Vec<ApplyResult>),
 }
 
 /// The outcome of applying one command; an error leaves the state untouched.
@@ -468,6 +475,8 @@ impl MetaState {
     /// error the state is unchanged.
     pub fn apply(&mut self, cmd: &Command, now: u64) -> ApplyResult {
         match cmd {
+            // Batches are taken apart by the state machine before they get here.
+            Command::Batch(_) => Err(invalid("A batch of commands may not hold a batch".into())),
             Command::AllocateNodeId => {
                 let id = NodeId(self.next_node_id);
                 self.next_node_id += 1;

@@ -8,7 +8,7 @@
 //! a write retried after an ambiguous failure returns the first result instead of
 //! applying twice. That window is part of the snapshot to stay deterministic.
 use crate::db::{keys, Db, DbError, KV};
-use crate::state::{ApplyResult, MetaState, Reply};
+use crate::state::{invalid, ApplyResult, Command, MetaState, Reply};
 use crate::types::{
     Entry, LogId, RequestId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -190,7 +190,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => out.push(Ok(Reply::Done)),
                 EntryPayload::Normal(req) => {
                     let term = entry.log_id.leader_id.term;
-                    out.push(self.apply_normal(req.id, req.now, term, &req.cmd));
+                    let res = match &req.cmd {
+                        Command::Batch(reqs) if reqs.len() > crate::batch::MAX_BATCH => {
+                            Err(invalid(format!(
+                                "A batch of {} commands (at most {})",
+                                reqs.len(),
+                                crate::batch::MAX_BATCH
+                            )))
+                        }
+                        Command::Batch(reqs) => Ok(Reply::Batch(
+                            reqs.iter()
+                                .map(|r| self.apply_normal(r.id, r.now, term, &r.cmd))
+                                .collect(),
+                        )),
+                        cmd => self.apply_normal(req.id, req.now, term, cmd),
+                    };
+                    out.push(res);
                     changed = true;
                 }
                 EntryPayload::Membership(m) => {

@@ -173,3 +173,64 @@ async fn test_log_and_vote_survive_reopen() {
     assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(1));
     assert_eq!(state.last_log_id.map(|l| l.index), Some(2));
 }
+
+#[tokio::test]
+async fn test_a_batch_applies_each_command_on_its_own_and_refuses_nesting_and_excess() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&dir.path().join("raft.redb")).unwrap();
+    let (mut sm, rx) = StateMachine::open(db).unwrap();
+    let req = |seq, cmd| Request {
+        id: rid(seq),
+        now: 77,
+        cmd,
+    };
+    let judge_unknown = Command::JudgeNodeState {
+        id: NodeId(42),
+        state: NodeState::Down,
+        term: 1,
+    };
+    let batch = Command::Batch(vec![
+        req(1, Command::AllocateNodeId),
+        // Refused on its own (no such node); the others still apply.
+        req(2, judge_unknown),
+        req(3, Command::AllocateNodeId),
+        req(4, Command::Batch(vec![req(5, Command::AllocateNodeId)])),
+    ]);
+    let too_long = Command::Batch(
+        (0..=crate::batch::MAX_BATCH as u64)
+            .map(|i| req(100 + i, Command::AllocateNodeId))
+            .collect(),
+    );
+    let out = sm
+        .apply([
+            entry(1, rid(50), batch),
+            entry(2, rid(51), too_long),
+            // A command of the batch retried on its own: the batch's answer, no effect.
+            entry(3, rid(3), Command::AllocateNodeId),
+        ])
+        .await
+        .unwrap();
+    let Ok(Reply::Batch(each)) = &out[0] else {
+        panic!("{:?}", out[0]);
+    };
+    assert_eq!(each.len(), 4);
+    assert_eq!(each[0], Ok(Reply::NodeId(NodeId(2))));
+    assert!(each[1].is_err(), "{:?}", each[1]);
+    assert_eq!(each[2], Ok(Reply::NodeId(NodeId(3))));
+    assert!(each[3]
+        .clone()
+        .unwrap_err()
+        .1
+        .contains("may not hold a batch"));
+    assert!(
+        out[1].clone().unwrap_err().1.contains("at most"),
+        "{:?}",
+        out[1]
+    );
+    assert_eq!(out[2], Ok(Reply::NodeId(NodeId(3))));
+    assert_eq!(
+        rx.borrow().next_node_id,
+        4,
+        "nothing of the refused batches applied"
+    );
+}

@@ -6,7 +6,6 @@ use crate::remote::{post, retry, Attempt, Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::Request;
 use drove_types::{Error, Result};
-use openraft::error::{ClientWriteError, RaftError};
 use std::time::{Duration, Instant};
 
 /// How long `execute` keeps trying to find a leader.
@@ -99,20 +98,9 @@ impl Meta {
         }
     }
 
-    /// Propose on this node's Raft; answers `NotLeader` unless it is the leader.
+    /// Propose on this node's Raft, in one entry with whatever else is proposed
+    /// meanwhile; answers `NotLeader` unless it is the leader.
     async fn local_write(&self, req: Request) -> Wire<Written> {
-        match self.raft.client_write(req).await {
-            Ok(resp) => Wire::Ok(Written {
-                result: resp.data,
-                index: resp.log_id.index,
-            }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Wire::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
-            },
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Wire::unavailable(e.to_string())
-            }
-            Err(RaftError::Fatal(e)) => Wire::unavailable(format!("Metadata Raft stopped: {e}")),
-        }
+        self.batch.write(req).await
     }
 }

@@ -349,3 +349,38 @@ async fn test_single_node_status_and_shutdown() {
     assert_eq!(n1.meta.state().settings.default_copies, 3);
     n1.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_concurrent_commands_share_log_entries() {
+    init_tracing();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = three(&dirs).await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    agreed_leader(&refs).await;
+    let before = nodes[0].meta.status().last_applied_index.unwrap_or(0);
+    // 200 creates at once, through every node (two thirds of them forwarded).
+    let n = 200;
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let meta = nodes[i % 3].meta.clone();
+            tokio::spawn(async move { meta.execute(create(&format!("d{i}"), None)).await })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for t in tasks {
+        match t.await.unwrap().expect("create") {
+            Reply::Vdi(v) => assert!(ids.insert(v.id.0), "VDI id {} twice", v.id.0),
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+    assert_eq!(ids.len(), n);
+    let state = nodes[0].meta.state();
+    assert!((0..n).all(|i| state.vdis.contains_key(&format!("d{i}"))));
+    // Each command alone would take an entry (and an fsync) of its own.
+    let entries = nodes[0].meta.status().last_applied_index.unwrap_or(0) - before;
+    println!("{n} commands in {entries} log entries");
+    assert!(
+        entries < n as u64 / 2,
+        "{n} commands took {entries} entries"
+    );
+}
