@@ -52,6 +52,18 @@ const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
 /// Writes are refused this long before the lease ends, for clock-rate slack.
 const SAFETY: Duration = Duration::from_millis(500);
 
+/// What one renewal attempt did.
+#[derive(Debug)]
+pub enum Renewal {
+    /// The lease was extended.
+    Renewed,
+    /// It could not be renewed now (no metadata majority, a timeout): try again;
+    /// writes stop when the lease ends.
+    Failed(Error),
+    /// Renewing should stop: the lock was lost, released or retired.
+    Stop,
+}
+
 #[derive(Debug, Default)]
 struct Held {
     generation: u64,
@@ -200,21 +212,23 @@ impl WriteLock {
         start
     }
 
-    /// One renewal; false when renewing should stop (lock lost, released or retired).
-    pub async fn renew(&self, vdi: &VdiInfo, svc: &dyn LockService) -> bool {
+    /// One renewal attempt.
+    pub async fn renew(&self, vdi: &VdiInfo, svc: &dyn LockService) -> Renewal {
         let h = self.snapshot();
         if h.valid_until.is_none() || h.retired.is_some() {
             self.update(|h| h.renewing = false);
-            return false;
+            return Renewal::Stop;
         }
         let asked = Instant::now();
         match svc.acquire(vdi).await {
             Ok(lease) if lease.generation == h.generation => {
                 self.update(|h| {
-                    h.valid_until = Some(asked + lease.duration);
+                    // Never shorter: an attempt abandoned earlier may answer late.
+                    let until = asked + lease.duration;
+                    h.valid_until = Some(h.valid_until.map_or(until, |t| t.max(until)));
                     h.vdi = lease.vdi;
                 });
-                true
+                Renewal::Renewed
             }
             Ok(lease) => {
                 // Someone else held it in between: ours is gone.
@@ -222,15 +236,34 @@ impl WriteLock {
                     "VDI '{}' lost its lock (generation {} replaced by {})",
                     vdi.name, h.generation, lease.generation
                 ));
-                false
+                Renewal::Stop
             }
             Err(e) if e.kind() == ErrorKind::Locked => {
                 self.retire(format!("VDI '{}' lost its lock: {e}", vdi.name));
-                false
+                Renewal::Stop
             }
             // No metadata majority: keep trying; writes stop when the lease ends.
-            Err(_) => true,
+            Err(e) => Renewal::Failed(e),
         }
+    }
+
+    /// How long to wait for a renewal attempt before sending another beside it: a
+    /// commit slowed by a busy disk or a leader change must not use up the lease
+    /// with one attempt (a lease of 15 s renewed every 5 s has room for four).
+    pub fn attempt_limit(&self) -> Duration {
+        (self.period() / 2).max(Duration::from_millis(50))
+    }
+
+    /// Whether a renewal is due: the lease was granted (or last renewed, counting
+    /// from when that was asked) a [`period`](Self::period) ago or more. `None`
+    /// when there is nothing to renew (no lease, retired).
+    pub fn renewal_due(&self) -> Option<bool> {
+        let h = self.snapshot();
+        if h.retired.is_some() {
+            return None;
+        }
+        let asked = h.valid_until? - h.duration;
+        Some(asked.elapsed() >= (h.duration / 3).max(Duration::from_millis(100)))
     }
 
     /// The renewal period: a third of the lease.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::cow::{Cow, Source};
-use crate::lock::{LockService, WriteLock};
+use crate::lock::{LockService, Renewal, WriteLock};
 use crate::map::{extents, Extent};
 
 /// How long a write waits for this node to apply a snapshot that moved the VDI's
@@ -169,23 +169,61 @@ impl Volume {
     ) -> Result<(u64, tokio::sync::RwLockReadGuard<'_, ()>)> {
         let held = self.lock.for_write(info, self.locks.as_ref()).await?;
         if self.lock.start_renewing() {
-            let weak = Arc::downgrade(self);
-            let svc = self.locks.clone();
-            tokio::spawn(async move {
-                loop {
-                    let period = match weak.upgrade() {
-                        Some(v) => v.lock.period(),
-                        None => return,
-                    };
-                    tokio::time::sleep(period).await;
-                    let Some(v) = weak.upgrade() else { return };
-                    if !v.lock.renew(&v.info(), svc.as_ref()).await {
-                        return;
-                    }
-                }
-            });
+            tokio::spawn(Self::keep_renewing(
+                Arc::downgrade(self),
+                self.locks.clone(),
+            ));
         }
         Ok(held)
+    }
+
+    /// Renew the write lease while it is held: an attempt once the lease is a third
+    /// of the way through, and while none has answered, another every
+    /// [`attempt_limit`](WriteLock::attempt_limit) beside those still waiting
+    /// (any answer extends the lease; metadata commits can take seconds on a
+    /// machine whose disk and CPUs are busy with the VMs' writes). Failures are
+    /// logged when they begin and when a renewal succeeds again.
+    async fn keep_renewing(weak: std::sync::Weak<Volume>, svc: Arc<dyn LockService>) {
+        let failed = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut last_try: Option<std::time::Instant> = None;
+        loop {
+            let Some(v) = weak.upgrade() else { return };
+            let (tick, limit, lease) = (
+                v.lock.period() / 4,
+                v.lock.attempt_limit(),
+                v.lock.period() * 3,
+            );
+            match v.lock.renewal_due() {
+                None => return,
+                Some(true) if last_try.is_none_or(|t| t.elapsed() >= limit) => {
+                    last_try = Some(std::time::Instant::now());
+                    let (v, svc, failed) = (v.clone(), svc.clone(), failed.clone());
+                    tokio::spawn(async move {
+                        let info = v.info();
+                        let res =
+                            tokio::time::timeout(lease, v.lock.renew(&info, svc.as_ref())).await;
+                        let why = match res {
+                            Ok(Renewal::Renewed) => {
+                                let before = failed.swap(0, Ordering::SeqCst);
+                                if before > 0 {
+                                    tracing::info!(vdi = %info.name, failed = before, "write lease renewed again");
+                                }
+                                return;
+                            }
+                            Ok(Renewal::Stop) => return,
+                            Ok(Renewal::Failed(e)) => e.to_string(),
+                            Err(_) => format!("no answer within {lease:?}"),
+                        };
+                        if failed.fetch_add(1, Ordering::SeqCst) == 0 {
+                            tracing::warn!(vdi = %info.name, "write lease renewal failed, trying again until the lease ends: {why}");
+                        }
+                    });
+                }
+                Some(_) => {}
+            }
+            drop(v);
+            tokio::time::sleep(tick).await;
+        }
     }
 
     /// The VDI record as last seen.

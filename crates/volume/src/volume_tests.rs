@@ -160,3 +160,53 @@ async fn test_a_panic_while_holding_the_dirty_set_does_not_lose_written_objects(
     vol.flush().await.unwrap();
     assert!(vol.dirty.lock().is_empty(), "flushed");
 }
+
+/// Grants a 3 s lease with generation 1; the call numbered `hang` never answers (a
+/// commit stalled behind a slow disk), every other one answers at once.
+struct StallingLocks {
+    calls: std::sync::atomic::AtomicUsize,
+    hang: usize,
+}
+
+#[async_trait]
+impl LockService for StallingLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == self.hang {
+            std::future::pending::<()>().await;
+        }
+        Ok(Lease {
+            duration: Duration::from_secs(3),
+            ..FreeLocks.acquire(vdi).await?
+        })
+    }
+    async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn test_a_renewal_that_hangs_does_not_keep_another_from_renewing_the_lease() {
+    // Call 0 grants, call 1 (the first renewal, after 1 s) hangs; 0.5 s later
+    // another is sent beside it and renews.
+    let locks = Arc::new(StallingLocks {
+        calls: Default::default(),
+        hang: 1,
+    });
+    let vol = volume_over(Arc::new(MemStore::new(4 << 20)), locks.clone());
+    let granted = std::time::Instant::now();
+    vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+        .await
+        .unwrap();
+    let first = vol.lock.write_deadline().expect("a lease");
+    assert!(first <= granted + Duration::from_secs(3));
+    // Past the first lease's end (at most 2.5 s after the grant, less the margin):
+    // still held, by a renewal that came after the hung one.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let now = vol.lock.write_deadline().expect("still a lease");
+    assert!(now > first, "renewed");
+    assert!(now > std::time::Instant::now(), "valid now");
+    assert!(
+        locks.calls.load(Ordering::SeqCst) >= 3,
+        "the hung call was not waited for"
+    );
+}
