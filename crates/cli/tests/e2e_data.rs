@@ -185,6 +185,9 @@ fn test_nbdinfo_shows_size_holes_and_fio_verify_passes() {
         "{metrics}"
     );
     assert!(metrics.contains("drove_peer_sent_bytes_total"), "{metrics}");
+    // The metadata's side: a leader known, entries applied.
+    assert!(metrics.contains("\ndrove_meta_quorum 1\n"), "{metrics}");
+    assert!(metrics.contains("\ndrove_meta_applied_index "), "{metrics}");
     wait_until(Duration::from_secs(1), "metrics", || true);
 }
 

@@ -105,6 +105,7 @@ pub fn router(admin: Admin) -> Router {
 
 async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
     crate::wan::publish(&a);
+    a.meta.publish_metrics();
     (
         [(
             axum::http::header::CONTENT_TYPE,

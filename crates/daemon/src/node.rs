@@ -69,6 +69,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     .await?;
     let me = meta.node_id();
     let metrics = Metrics::new();
+    meta.set_metrics(metrics.clone());
     let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(
         &cfg.data.join("store"),
         u64::from(DEFAULT_OBJECT_SIZE),

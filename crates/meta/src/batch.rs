@@ -9,7 +9,10 @@
 use crate::remote::{Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Raft, Request, RequestId};
+use drove_metrics::Metrics;
 use openraft::error::{ClientWriteError, RaftError};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most commands in one entry (the state machine refuses longer batches).
@@ -22,11 +25,14 @@ pub(crate) struct Batcher {
     tx: mpsc::UnboundedSender<Job>,
 }
 
+/// The node's metrics, once the node has handed them over.
+pub(crate) type MetricsCell = Arc<OnceLock<Arc<Metrics>>>;
+
 impl Batcher {
     /// Start the proposing task; it ends when the batcher is dropped.
-    pub(crate) fn new(raft: Raft, client: u64) -> Batcher {
+    pub(crate) fn new(raft: Raft, client: u64, metrics: MetricsCell) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, client, rx));
+        tokio::spawn(run(raft, client, rx, metrics));
         Batcher { tx }
     }
 
@@ -42,7 +48,20 @@ impl Batcher {
     }
 }
 
-async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>) {
+/// Count one command's outcome, and the entry when it was proposed here.
+fn record(metrics: &MetricsCell, kind: &str, answer: &Wire<Written>) {
+    let Some(m) = metrics.get() else { return };
+    let outcome = match answer {
+        Wire::Ok(Written { result: Ok(_), .. }) => "ok",
+        Wire::Ok(Written { result: Err(_), .. }) => "refused",
+        Wire::Err { .. } => "failed",
+        // Not proposed here: the leader counts it.
+        Wire::NotLeader { .. } => return,
+    };
+    m.meta().command(kind, outcome);
+}
+
+async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>, metrics: MetricsCell) {
     let mut seq = 0u64;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
@@ -52,42 +71,58 @@ async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>) {
                 Err(_) => break,
             }
         }
-        if jobs.len() == 1 {
-            let (req, tx) = jobs.pop().expect("one job");
-            let _ = tx.send(propose(&raft, req).await);
-            continue;
-        }
-        seq += 1;
-        let (reqs, txs): (Vec<Request>, Vec<_>) = jobs.into_iter().unzip();
-        let batch = Request {
-            id: RequestId { client, seq },
-            now: crate::meta::unix_now(),
-            cmd: Command::Batch(reqs),
-        };
-        let n = txs.len();
-        match propose(&raft, batch).await {
-            Wire::Ok(Written {
-                result: Ok(Reply::Batch(results)),
-                index,
-            }) if results.len() == n => {
-                for (tx, result) in txs.into_iter().zip(results) {
-                    let _ = tx.send(Wire::Ok(Written { result, index }));
-                }
-            }
-            Wire::Ok(other) => {
-                let why = format!("unexpected answer to a batch of {n}: {:?}", other.result);
-                tracing::error!("{why}");
-                for tx in txs {
-                    let _ = tx.send(Wire::unavailable(why.clone()));
-                }
-            }
-            // Not the leader, no quorum, stopped: the same for every command.
-            failed => {
-                for tx in txs {
-                    let _ = tx.send(failed.clone());
-                }
+        let began = Instant::now();
+        let n = jobs.len();
+        let kinds: Vec<&'static str> = jobs.iter().map(|(r, _)| r.cmd.kind()).collect();
+        let answers = propose_all(&raft, client, &mut seq, jobs).await;
+        if let (Some(m), Some((_, first))) = (metrics.get(), answers.first()) {
+            if !matches!(first, Wire::NotLeader { .. }) {
+                m.meta().entry(began.elapsed().as_secs_f64(), n);
             }
         }
+        for ((tx, answer), kind) in answers.into_iter().zip(kinds) {
+            record(&metrics, kind, &answer);
+            let _ = tx.send(answer);
+        }
+    }
+}
+
+type Answer = (oneshot::Sender<Wire<Written>>, Wire<Written>);
+
+/// Propose the jobs as one entry (a batch when more than one) and pair each
+/// waiter with its answer.
+async fn propose_all(raft: &Raft, client: u64, seq: &mut u64, mut jobs: Vec<Job>) -> Vec<Answer> {
+    if jobs.len() == 1 {
+        let (req, tx) = jobs.pop().expect("one job");
+        return vec![(tx, propose(raft, req).await)];
+    }
+    *seq += 1;
+    let seq = *seq;
+    let (reqs, txs): (Vec<Request>, Vec<_>) = jobs.into_iter().unzip();
+    let batch = Request {
+        id: RequestId { client, seq },
+        now: crate::meta::unix_now(),
+        cmd: Command::Batch(reqs),
+    };
+    let n = txs.len();
+    match propose(raft, batch).await {
+        Wire::Ok(Written {
+            result: Ok(Reply::Batch(results)),
+            index,
+        }) if results.len() == n => txs
+            .into_iter()
+            .zip(results)
+            .map(|(tx, result)| (tx, Wire::Ok(Written { result, index })))
+            .collect(),
+        Wire::Ok(other) => {
+            let why = format!("unexpected answer to a batch of {n}: {:?}", other.result);
+            tracing::error!("{why}");
+            txs.into_iter()
+                .map(|tx| (tx, Wire::unavailable(why.clone())))
+                .collect()
+        }
+        // Not the leader, no quorum, stopped: the same for every command.
+        failed => txs.into_iter().map(|tx| (tx, failed.clone())).collect(),
     }
 }
 

@@ -47,6 +47,8 @@ pub struct Meta {
     pub(crate) health: crate::health::Health,
     /// Group commit of this node's proposals (see [`crate::batch`]).
     pub(crate) batch: crate::batch::Batcher,
+    /// The node's metrics, once [`Meta::set_metrics`] gave them.
+    metrics: crate::batch::MetricsCell,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
@@ -217,6 +219,7 @@ impl Meta {
         .await
         .map_err(|e| Error::unavailable(format!("Cannot start metadata Raft: {e}")))?;
         let (progress, _) = watch::channel(Progress::Pending("starting".to_string()));
+        let metrics = crate::batch::MetricsCell::default();
         let meta = Arc::new(Meta {
             id,
             cluster,
@@ -231,7 +234,8 @@ impl Meta {
             startup_task: Mutex::new(None),
             closed: AtomicBool::new(false),
             health: Default::default(),
-            batch: crate::batch::Batcher::new(raft.clone(), random_u64()),
+            batch: crate::batch::Batcher::new(raft.clone(), random_u64(), metrics.clone()),
+            metrics,
         });
         let task = tokio::spawn(meta.clone().run_startup());
         *meta.startup_task.lock() = Some(task);
@@ -295,6 +299,29 @@ impl Meta {
     /// A receiver that sees every newly applied state.
     pub fn watch(&self) -> watch::Receiver<Arc<MetaState>> {
         self.state_rx.clone()
+    }
+
+    /// Report into the node's metrics from now on (commits, commands).
+    pub fn set_metrics(&self, metrics: Arc<drove_metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// Bring the Raft gauges of the node's metrics up to date (at each scrape).
+    pub fn publish_metrics(&self) {
+        let Some(m) = self.metrics.get() else { return };
+        let r = self.raft.metrics().borrow().clone();
+        let leader = r.current_leader.unwrap_or(0);
+        let quorum = if leader == self.id {
+            r.millis_since_quorum_ack.is_some_and(|ms| ms < 3000)
+        } else {
+            leader != 0
+        };
+        m.meta().raft(
+            r.last_applied.map_or(0, |l| l.index),
+            r.current_term,
+            leader,
+            quorum,
+        );
     }
 
     /// Raft status of this node.

@@ -421,6 +421,38 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's name (its variant), for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Batch { .. } => "Batch",
+            Command::AllocateNodeId => "AllocateNodeId",
+            Command::UpsertNode { .. } => "UpsertNode",
+            Command::SetNodeState { .. } => "SetNodeState",
+            Command::RemoveNode { .. } => "RemoveNode",
+            Command::JudgeNodeState { .. } => "JudgeNodeState",
+            Command::CreateVdi { .. } => "CreateVdi",
+            Command::DeleteVdi { .. } => "DeleteVdi",
+            Command::ResizeVdi { .. } => "ResizeVdi",
+            Command::SetDefaultCopies { .. } => "SetDefaultCopies",
+            Command::SetHealthSettings { .. } => "SetHealthSettings",
+            Command::SetMinCopies { .. } => "SetMinCopies",
+            Command::SetVdiPolicy { .. } => "SetVdiPolicy",
+            Command::AcquireLock { .. } => "AcquireLock",
+            Command::MarkSettled { .. } => "MarkSettled",
+            Command::ReleaseLock { .. } => "ReleaseLock",
+            Command::RequestHandover { .. } => "RequestHandover",
+            Command::SnapshotVdi { .. } => "SnapshotVdi",
+            Command::CloneVdi { .. } => "CloneVdi",
+            Command::CloneMany { .. } => "CloneMany",
+            Command::RollbackVdi { .. } => "RollbackVdi",
+            Command::Flattened { .. } => "Flattened",
+            Command::DeleteEphemeral { .. } => "DeleteEphemeral",
+            Command::PromoteVdi { .. } => "PromoteVdi",
+        }
+    }
+}
+
 /// What a successful command returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {

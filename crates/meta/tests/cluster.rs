@@ -356,7 +356,15 @@ async fn test_concurrent_commands_share_log_entries() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes = three(&dirs).await;
     let refs: Vec<&Node> = nodes.iter().collect();
-    agreed_leader(&refs).await;
+    let leader = agreed_leader(&refs).await;
+    let metrics: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let m = drove_metrics::Metrics::new();
+            n.meta.set_metrics(m.clone());
+            m
+        })
+        .collect();
     let before = nodes[0].meta.status().last_applied_index.unwrap_or(0);
     // 200 creates at once, through every node (two thirds of them forwarded).
     let n = 200;
@@ -383,4 +391,27 @@ async fn test_concurrent_commands_share_log_entries() {
         entries < n as u64 / 2,
         "{n} commands took {entries} entries"
     );
+    // The leader counted them, with the entries that carried them.
+    let at = nodes.iter().position(|x| x.id() == leader).unwrap();
+    nodes[at].meta.publish_metrics();
+    let text = metrics[at].encode();
+    let value = |line_start: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(line_start))
+            .unwrap_or_else(|| panic!("no {line_start} in\n{text}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value("drove_meta_commands_total{kind=\"CreateVdi\",outcome=\"ok\"}"),
+        n as f64
+    );
+    assert!(value("drove_meta_entry_commands_sum") >= n as f64);
+    assert!(value("drove_meta_entry_commands_count") < n as f64 / 2.0);
+    assert!(value("drove_meta_commit_seconds_count") >= 1.0);
+    assert_eq!(value("drove_meta_leader"), leader as f64);
+    assert_eq!(value("drove_meta_quorum"), 1.0);
 }

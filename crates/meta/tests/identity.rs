@@ -69,3 +69,29 @@ async fn test_calls_from_another_cluster_are_refused_and_change_nothing() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_batch_of_commands_from_the_network_is_refused() {
+    init_tracing();
+    let da = tempfile::tempdir().unwrap();
+    let a = start(da.path(), None).await;
+    a.meta.ready(READY).await.unwrap();
+    let id = a.meta.cluster_id().to_hex();
+    let next = a.meta.state().next_node_id;
+    // Only the leader's batcher makes batches; from the network, even with the right
+    // cluster id, one is refused (a batch could hide commands from the checks on
+    // single ones) and nothing of it applies.
+    let batch = r#"{"id":{"client":7,"seq":1},"now":0,"cmd":{"Batch":[{"id":{"client":7,"seq":2},"now":0,"cmd":"AllocateNodeId"}]}}"#;
+    let (status, body) = post(&a.addr, "/meta/write", Some(&id), batch).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("made by the leader"), "{body}");
+    let single = r#"{"id":{"client":7,"seq":3},"now":0,"cmd":"AllocateNodeId"}"#;
+    let (status, body) = post(&a.addr, "/meta/write", Some(&id), single).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("NodeId"), "{body}");
+    wait_until(Duration::from_secs(5), "the single command applied", || {
+        a.meta.state().next_node_id == next + 1
+    })
+    .await;
+    a.stop().await;
+}

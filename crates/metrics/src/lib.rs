@@ -13,7 +13,9 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+mod meta;
 mod wan;
+pub use meta::MetaMetrics;
 pub use wan::WanMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,6 +102,7 @@ pub struct Metrics {
     hedged_reads: Counter,
     hedge_wins: Counter,
     wan: WanMetrics,
+    meta: MetaMetrics,
 }
 
 /// Where the replica that served a read sits, seen from the gateway.
@@ -178,6 +181,7 @@ impl Metrics {
             hedge_wins.clone(),
         );
         let wan = WanMetrics::register(&mut registry);
+        let meta = MetaMetrics::register(&mut registry);
         Arc::new(Metrics {
             registry,
             nbd,
@@ -192,6 +196,7 @@ impl Metrics {
             hedged_reads,
             hedge_wins,
             wan,
+            meta,
         })
     }
 
@@ -280,6 +285,11 @@ impl Metrics {
     /// The WAN-mode metrics.
     pub fn wan(&self) -> &WanMetrics {
         &self.wan
+    }
+
+    /// The metadata (Raft) metrics.
+    pub fn meta(&self) -> &MetaMetrics {
+        &self.meta
     }
 
     /// The Prometheus text exposition of every metric.
