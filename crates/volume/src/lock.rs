@@ -230,6 +230,15 @@ impl WriteLock {
                 });
                 Renewal::Renewed
             }
+            Ok(lease) if lease.generation == self.snapshot().generation => {
+                // A write took the lock again while this attempt waited (the lease
+                // ran out meanwhile): the answer renews what is held now.
+                self.update(|h| {
+                    let until = asked + lease.duration;
+                    h.valid_until = Some(h.valid_until.map_or(until, |t| t.max(until)));
+                });
+                Renewal::Renewed
+            }
             Ok(lease) => {
                 // Someone else held it in between: ours is gone.
                 self.retire(format!(

@@ -210,3 +210,55 @@ async fn test_a_renewal_that_hangs_does_not_keep_another_from_renewing_the_lease
         "the hung call was not waited for"
     );
 }
+
+/// Call 0 grants generation 1 for 1 s; call 1 waits for `go`, then answers
+/// generation 2; later calls answer generation 2 at once (the lock taken again by
+/// this node after its lease ran out).
+struct RegrantLocks {
+    calls: std::sync::atomic::AtomicUsize,
+    go: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl LockService for RegrantLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        if call == 1 {
+            self.go.notified().await;
+        }
+        Ok(Lease {
+            generation: if call == 0 { 1 } else { 2 },
+            duration: Duration::from_secs(1),
+            ..FreeLocks.acquire(vdi).await?
+        })
+    }
+    async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn test_a_late_renewal_answering_the_generation_held_now_keeps_the_lock() {
+    let svc = Arc::new(RegrantLocks {
+        calls: Default::default(),
+        go: Default::default(),
+    });
+    let lock = Arc::new(crate::lock::WriteLock::default());
+    let info = one_node_volume().info();
+    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
+    assert_eq!(g, 1);
+    drop(_guard);
+    // A renewal that waits past the lease's end...
+    let (l, s, i) = (lock.clone(), svc.clone(), info.clone());
+    let renewal = tokio::spawn(async move { l.renew(&i, s.as_ref()).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // ...while a write takes the lock again (generation 2)...
+    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
+    assert_eq!(g, 2);
+    drop(_guard);
+    // ...then answers with generation 2: a renewal of what is held, not a loss.
+    svc.go.notify_one();
+    let r = renewal.await.unwrap();
+    assert!(matches!(r, Renewal::Renewed), "{r:?}");
+    assert_eq!(lock.held_generation(), Some(2));
+}
