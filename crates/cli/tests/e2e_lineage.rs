@@ -186,6 +186,17 @@ fn test_tree_delete_refusal_flatten_rollback_and_ephemeral_clones() {
         "snapshot s2",
     );
     qemu_io(&n0.uri("base"), &["write -P 0x33 0 8M".into()]);
+    // The node gives the write lock up after qemu-io has disconnected and exited
+    // (flush, then a metadata commit); until then a rollback is refused as "in use".
+    wait_until(
+        std::time::Duration::from_secs(20),
+        "base's lock released",
+        || {
+            let o = c.drove(1, &["vdi", "info", "base", "--json"]);
+            serde_json::from_slice::<serde_json::Value>(&o.stdout)
+                .is_ok_and(|v| v["lock"].is_null())
+        },
+    );
     ok(&c.drove(1, &["vdi", "rollback", "base", "s2"]), "rollback");
     qemu_io(&n1.uri("base"), &["read -P 0x11 0 12M".into()]);
     let o = c.drove(1, &["vdi", "rollback", "base", "c1"]);
