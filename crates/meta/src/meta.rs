@@ -234,7 +234,7 @@ impl Meta {
             startup_task: Mutex::new(None),
             closed: AtomicBool::new(false),
             health: Default::default(),
-            batch: crate::batch::Batcher::new(raft.clone(), random_u64(), metrics.clone()),
+            batch: crate::batch::Batcher::new(raft, random_u64(), metrics.clone()),
             metrics,
         });
         let task = tokio::spawn(meta.clone().run_startup());

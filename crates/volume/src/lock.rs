@@ -52,6 +52,11 @@ const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
 /// Writes are refused this long before the lease ends, for clock-rate slack.
 const SAFETY: Duration = Duration::from_millis(500);
 
+/// The renewal period of a lease of `duration`: a third of it.
+fn period_of(duration: Duration) -> Duration {
+    (duration / 3).max(Duration::from_millis(100))
+}
+
 /// What one renewal attempt did.
 #[derive(Debug)]
 pub enum Renewal {
@@ -221,21 +226,18 @@ impl WriteLock {
         }
         let asked = Instant::now();
         match svc.acquire(vdi).await {
-            Ok(lease) if lease.generation == h.generation => {
+            // The generation held when the attempt began, or the one held now (a
+            // write took the lock again while this attempt waited and the lease
+            // ran out meanwhile): the answer renews what is held.
+            Ok(lease)
+                if lease.generation == h.generation
+                    || lease.generation == self.snapshot().generation =>
+            {
                 self.update(|h| {
-                    // Never shorter: an attempt abandoned earlier may answer late.
+                    // Never shorter: an earlier attempt may answer after a later one.
                     let until = asked + lease.duration;
                     h.valid_until = Some(h.valid_until.map_or(until, |t| t.max(until)));
                     h.vdi = lease.vdi;
-                });
-                Renewal::Renewed
-            }
-            Ok(lease) if lease.generation == self.snapshot().generation => {
-                // A write took the lock again while this attempt waited (the lease
-                // ran out meanwhile): the answer renews what is held now.
-                self.update(|h| {
-                    let until = asked + lease.duration;
-                    h.valid_until = Some(h.valid_until.map_or(until, |t| t.max(until)));
                 });
                 Renewal::Renewed
             }
@@ -272,12 +274,12 @@ impl WriteLock {
             return None;
         }
         let asked = h.valid_until? - h.duration;
-        Some(asked.elapsed() >= (h.duration / 3).max(Duration::from_millis(100)))
+        Some(asked.elapsed() >= period_of(h.duration))
     }
 
     /// The renewal period: a third of the lease.
     pub fn period(&self) -> Duration {
-        (self.snapshot().duration / 3).max(Duration::from_millis(100))
+        period_of(self.snapshot().duration)
     }
 
     fn retire(&self, why: String) {
