@@ -8,7 +8,9 @@ use crate::table;
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
-    /// Nodes, metadata leader, epoch and its history, and recovery progress.
+    /// Nodes, metadata leader, epoch and its history, and recovery progress. Exits 1
+    /// (after a WARNING) when the answering node has not known of a working metadata
+    /// majority for 3 s: what it shows is then its last view, maybe out of date.
     Status,
     /// Show or change cluster settings.
     Config {
@@ -31,15 +33,51 @@ pub enum ClusterCmd {
     Scrub,
 }
 
+/// Why the answering node's view cannot be trusted as current, if it cannot: it has
+/// not known of a working metadata majority for a while (or ever).
+fn unconfirmed(s: &Status) -> Option<String> {
+    let fresh = drove_daemon::api::QUORUM_FRESH.as_millis() as u64;
+    let stale = "the leader, node states and VDIs shown are its last view and may be out of date (no metadata majority reachable?)";
+    match s.quorum_age_ms {
+        Some(ms) if ms < fresh => None,
+        Some(ms) => Some(format!(
+            "node {} last knew of a working metadata majority {:.1} s ago: {stale}",
+            s.node_id,
+            ms as f64 / 1000.0
+        )),
+        None => Some(format!(
+            "node {} has not known of a working metadata majority since it started: {stale}",
+            s.node_id
+        )),
+    }
+}
+
+/// Exit with status 1 (after the output) when the view was not confirmed, so a
+/// script or a monitoring check sees it.
+fn exit_if_unconfirmed(unconfirmed: bool) -> Result<()> {
+    if unconfirmed {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
         ClusterCmd::Status => {
             let s: Status = ctx.get("/api/status").await?;
+            let unconfirmed = unconfirmed(&s);
             if ctx.json {
                 let rec = crate::heal_cmd::recovery(ctx, &s).await;
                 let mut v = serde_json::to_value(&s)?;
                 v["recovery"] = serde_json::to_value(&rec)?;
-                return print_json(&v);
+                v["confirmed"] = serde_json::Value::Bool(unconfirmed.is_none());
+                print_json(&v)?;
+                return exit_if_unconfirmed(unconfirmed.is_some());
+            }
+            if let Some(why) = &unconfirmed {
+                println!("WARNING: {why}");
             }
             let leader = s
                 .leader
@@ -68,7 +106,11 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 .map(|e| vec![e.epoch.to_string(), e.at_unix.to_string(), e.change.clone()])
                 .collect();
             table::print(&["EPOCH", "AT (unix)", "CHANGE"], &rows);
-            Ok(())
+            if let Some(why) = &unconfirmed {
+                println!();
+                println!("WARNING: {why}");
+            }
+            exit_if_unconfirmed(unconfirmed.is_some())
         }
         ClusterCmd::Config {
             copies,

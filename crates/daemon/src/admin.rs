@@ -129,6 +129,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         epoch_history: state.epoch_history.clone(),
         default_copies: state.settings.default_copies,
         vdi_count: state.vdis.len(),
+        quorum_age_ms: st.quorum_age_ms,
     }))
 }
 

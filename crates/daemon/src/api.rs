@@ -1,5 +1,5 @@
 //! The admin API's request and response bodies, shared by the node and the CLI.
-pub use drove_meta::{EpochRecord, VdiLock};
+pub use drove_meta::{EpochRecord, VdiLock, QUORUM_FRESH};
 use drove_types::{ClusterMap, NodeId, ReplicationMode, VdiInfo};
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +133,11 @@ pub struct Status {
     pub default_copies: u8,
     /// Number of VDIs.
     pub vdi_count: usize,
+    /// Milliseconds since the answering node last knew of a working metadata
+    /// majority; `None`: not since it started. Beyond a few seconds, the leader,
+    /// node states and VDIs above are this node's last view and may be out of date.
+    #[serde(default)]
+    pub quorum_age_ms: Option<u64>,
 }
 
 /// `GET /api/vdis/{name}`: the record plus what this node can tell about it.

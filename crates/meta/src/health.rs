@@ -63,6 +63,9 @@ pub(crate) struct Health {
     leader_since: Mutex<Option<Instant>>,
     /// When this node first saw each down node down.
     down_since: Mutex<HashMap<NodeId, Instant>>,
+    /// When a leader last answered this node's heartbeat saying a majority had
+    /// acknowledged it lately (see [`Meta::quorum_age`]).
+    confirmed: Mutex<Option<Instant>>,
 }
 
 impl Health {
@@ -149,8 +152,14 @@ pub(crate) async fn receive(
     } else {
         tracing::debug!(node = %hb.node, "ignored a heartbeat from a node not in the map");
     }
-    Json(meta.status().leader == Some(meta.node_id()))
+    // True from a leader that a majority acknowledged lately: the sender may then
+    // say it knows a working metadata cluster.
+    let leading = meta.status().leader == Some(meta.node_id());
+    Json(leading && meta.quorum_age().is_some_and(|a| a < QUORUM_FRESH))
 }
+
+/// How recent a majority's acknowledgement must be for a node to say it has one.
+pub const QUORUM_FRESH: Duration = Duration::from_secs(3);
 
 /// This node's clock, milliseconds since the Unix epoch.
 fn unix_now_ms() -> u64 {
@@ -203,9 +212,27 @@ impl Meta {
             .json(&hb)
             .send()
             .await;
-        if let Err(e) = res {
-            tracing::debug!("heartbeat to {url} failed: {e}");
+        match res {
+            Ok(r) => {
+                if let Ok(true) = r.json::<bool>().await {
+                    *self.health.confirmed.lock() = Some(Instant::now());
+                }
+            }
+            Err(e) => tracing::debug!("heartbeat to {url} failed: {e}"),
         }
+    }
+
+    /// How long ago this node last knew of a working metadata majority: as leader,
+    /// since a majority acknowledged it; otherwise since the leader answered a
+    /// heartbeat saying it had one. `None`: not since this process started. A node
+    /// cut off from the majority keeps its last view of the cluster; this says how
+    /// old that view may be.
+    pub fn quorum_age(&self) -> Option<Duration> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.current_leader == Some(self.id) {
+            return m.millis_since_quorum_ack.map(Duration::from_millis);
+        }
+        self.health.confirmed.lock().map(|t| t.elapsed())
     }
 
     async fn judge(&self, term: u64) {

@@ -30,7 +30,7 @@ mod store_tests;
 mod types;
 mod write;
 
-pub use health::Heartbeat;
+pub use health::{Heartbeat, QUORUM_FRESH};
 pub use meta::Meta;
 pub use state::{
     ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS,
@@ -83,4 +83,8 @@ pub struct MetaStatus {
     pub learners: Vec<NodeId>,
     /// Index of the last log entry applied to this node's state (`None` before any).
     pub last_applied_index: Option<u64>,
+    /// Milliseconds since this node last knew of a working metadata majority (see
+    /// [`Meta::quorum_age`]); `None`: not since it started.
+    #[serde(default)]
+    pub quorum_age_ms: Option<u64>,
 }

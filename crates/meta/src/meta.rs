@@ -311,11 +311,9 @@ impl Meta {
         let Some(m) = self.metrics.get() else { return };
         let r = self.raft.metrics().borrow().clone();
         let leader = r.current_leader.unwrap_or(0);
-        let quorum = if leader == self.id {
-            r.millis_since_quorum_ack.is_some_and(|ms| ms < 3000)
-        } else {
-            leader != 0
-        };
+        let quorum = self
+            .quorum_age()
+            .is_some_and(|a| a < crate::health::QUORUM_FRESH);
         m.meta().raft(
             r.last_applied.map_or(0, |l| l.index),
             r.current_term,
@@ -335,6 +333,7 @@ impl Meta {
             voters: membership.voter_ids().map(NodeId).collect(),
             learners: membership.learner_ids().map(NodeId).collect(),
             last_applied_index: m.last_applied.map(|l| l.index),
+            quorum_age_ms: self.quorum_age().map(|a| a.as_millis() as u64),
         }
     }
 

@@ -68,7 +68,7 @@ impl MetaMetrics {
         reg.register(
             "meta_quorum",
             "1 when this node knows of a metadata majority: as leader, one acknowledged \
-             it within the last 3 s; as follower, it knows a leader",
+             it within the last 3 s; otherwise the leader said so within the last 3 s",
             m.quorum.clone(),
         );
         m
