@@ -1,9 +1,55 @@
 //! The CLI's side of the admin API: one HTTP client, errors turned into sentences.
 use crate::addr::ClusterAddr;
 use anyhow::{anyhow, Result};
-use drove_daemon::api::ApiError;
+use drove_daemon::api::{ApiError, ClientRequestId, REQUEST_ID_HEADER};
 use serde::{de::DeserializeOwned, Serialize};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a change whose outcome is not known is sent again (with the same
+/// request id, so it is applied at most once) before the CLI says it is unknown.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Request ids of successive changes made by one command are this far apart (each
+/// change may cause several metadata commands, numbered from its id).
+const CALL_STRIDE: u64 = 1 << 16;
+
+/// The outcome of a change is not known: it was sent, and no definite answer came
+/// before [`RETRY_FOR`] ran out. Printed without "error:" (it may have happened);
+/// `drove` exits with status 3.
+#[derive(Debug)]
+pub struct OutcomeUnknown {
+    /// The request id the change was sent with.
+    pub request_id: ClientRequestId,
+    /// The last reason no answer came.
+    pub why: String,
+}
+
+impl std::fmt::Display for OutcomeUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}. This change may or may not have taken effect: no definite answer came \
+             within {} s (it may still be applied once a metadata majority answers). To \
+             learn its outcome without acting twice, run the same command again with \
+             --request-id {} (the cluster remembers the outcomes of its last 1024 \
+             commands); or look with `drove vdi list` or `drove cluster health`.",
+            self.why,
+            RETRY_FOR.as_secs(),
+            self.request_id
+        )
+    }
+}
+
+impl std::error::Error for OutcomeUnknown {}
+
+/// A random number (no cryptographic strength needed: it only has to differ
+/// between commands).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new()
+        .hash_one((std::time::SystemTime::now(), std::process::id()))
+}
 
 /// Where the cluster is and how to print.
 pub struct Ctx {
@@ -13,10 +59,20 @@ pub struct Ctx {
     cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
+    /// The request id of this command's first change.
+    request: ClientRequestId,
+    /// Changes sent so far.
+    calls: AtomicU64,
 }
 
 impl Ctx {
-    pub fn new(cluster: std::result::Result<ClusterAddr, String>, json: bool) -> Self {
+    /// `request`: the id of the first change this command makes (`--request-id`);
+    /// a random one when absent.
+    pub fn new(
+        cluster: std::result::Result<ClusterAddr, String>,
+        json: bool,
+        request: Option<ClientRequestId>,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .connect_timeout(Duration::from_secs(3))
@@ -28,6 +84,90 @@ impl Ctx {
             cluster,
             json,
             http,
+            request: request.unwrap_or_else(|| ClientRequestId {
+                client: random_u64(),
+                seq: 0,
+            }),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// The request id of the next change.
+    fn next_request_id(&self) -> ClientRequestId {
+        let k = self.calls.fetch_add(1, Ordering::Relaxed);
+        ClientRequestId {
+            client: self.request.client,
+            seq: self.request.seq.wrapping_add(k.wrapping_mul(CALL_STRIDE)),
+        }
+    }
+
+    /// Send a change to `addr` (`build` makes the request) under one request id,
+    /// again while its outcome is unknown (sent, no definite answer) and
+    /// [`RETRY_FOR`] lasts. A call that never left (connection refused) and any
+    /// definite answer end it at once.
+    async fn change<T: DeserializeOwned>(
+        &self,
+        addr: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<T> {
+        let id = self.next_request_id();
+        let deadline = Instant::now() + RETRY_FOR;
+        let mut unknown: Option<String> = None;
+        let mut delay = Duration::from_millis(500);
+        loop {
+            let resp = build()
+                .header(REQUEST_ID_HEADER, id.to_string())
+                .send()
+                .await;
+            let why = match resp {
+                Err(e) if unknown.is_none() && e.is_connect() => {
+                    return self.decode(addr, Err(e)).await;
+                }
+                Err(e) => format!("{addr}: {}", root_cause(&e)),
+                Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    let body = r.bytes().await.unwrap_or_default();
+                    match serde_json::from_slice::<ApiError>(&body) {
+                        Ok(err) if err.error == "outcome_unknown" || unknown.is_some() => {
+                            err.message
+                        }
+                        Ok(err) => return Err(anyhow!("{}", err.message)),
+                        Err(_) if unknown.is_some() => {
+                            format!("{addr} answered 503: {}", String::from_utf8_lossy(&body))
+                        }
+                        Err(_) => {
+                            return Err(anyhow!(
+                                "{addr} answered 503: {}",
+                                String::from_utf8_lossy(&body)
+                            ))
+                        }
+                    }
+                }
+                Ok(r) => {
+                    let res = self.decode(addr, Ok(r)).await;
+                    return match (res, &unknown) {
+                        (Err(e), Some(_)) => Err(e.context(format!(
+                            "an earlier try of this change (request id {id}) got no \
+                             answer and may have taken effect, which would explain this answer"
+                        ))),
+                        (res, _) => res,
+                    };
+                }
+            };
+            if Instant::now() + delay >= deadline {
+                return Err(OutcomeUnknown {
+                    request_id: id,
+                    why,
+                }
+                .into());
+            }
+            eprintln!(
+                "no definite answer yet ({why}); asking again with the same request id, \
+                 for up to {} s more",
+                deadline.saturating_duration_since(Instant::now()).as_secs()
+            );
+            unknown = Some(why);
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(4));
         }
     }
 
@@ -41,6 +181,35 @@ impl Ctx {
 
     fn url(&self, addr: &str, path: &str) -> String {
         format!("http://{addr}{path}")
+    }
+
+    /// GET `path` with `consistent=true` (the node first confirms with the metadata
+    /// leader that its view is current); when it cannot (no majority), the node's
+    /// last view, with a warning on stderr that it may be out of date.
+    pub async fn get_consistent<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let addr = self.cluster()?;
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let url = self.url(addr, &format!("{path}{sep}consistent=true"));
+        let resp = self.http.get(&url).send().await;
+        if let Ok(r) = &resp {
+            if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                let why = match resp {
+                    Ok(r) => {
+                        let body = r.bytes().await.unwrap_or_default();
+                        serde_json::from_slice::<ApiError>(&body)
+                            .map(|e| e.message)
+                            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned())
+                    }
+                    Err(e) => e.to_string(),
+                };
+                eprintln!(
+                    "WARNING: {addr} could not confirm that its view is current ({why}); \
+                     showing its last view, which may be out of date"
+                );
+                return self.get(path).await;
+            }
+        }
+        self.decode(addr, resp).await
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
@@ -63,8 +232,8 @@ impl Ctx {
         path: &str,
         body: &B,
     ) -> Result<T> {
-        let resp = self.http.post(self.url(addr, path)).json(body).send().await;
-        self.decode(addr, resp).await
+        let url = self.url(addr, path);
+        self.change(addr, || self.http.post(&url).json(body)).await
     }
 
     /// POST with a longer timeout than the default (checks, scrubs).
@@ -98,8 +267,8 @@ impl Ctx {
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let addr = self.cluster()?;
-        let resp = self.http.delete(self.url(addr, path)).send().await;
-        self.decode(addr, resp).await
+        let url = self.url(addr, path);
+        self.change(addr, || self.http.delete(&url)).await
     }
 
     /// How `addr` was chosen, when it is the cluster address the user gave (or

@@ -1,17 +1,23 @@
 //! `drove cluster ...`: status and settings.
 use anyhow::Result;
 use clap::Subcommand;
-use drove_daemon::api::{Settings, Status};
+use drove_daemon::api::{Health, Settings, Status};
 
 use crate::client::{print_json, Ctx};
 use crate::table;
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
-    /// Nodes, metadata leader, epoch and its history, and recovery progress. Exits 1
-    /// (after a WARNING) when the answering node has not known of a working metadata
-    /// majority for 3 s: what it shows is then its last view, maybe out of date.
+    /// Nodes, metadata leader, epoch and its history, and recovery progress. Starts
+    /// and ends with a WARNING when the answering node has not known of a working
+    /// metadata majority for 3 s: what it shows is then its last view, maybe out of
+    /// date (`confirmed: false` and `quorum_age_ms` under --json).
     Status,
+    /// One verdict, OK, WARN or ERR, with its reasons: metadata quorum, nodes down,
+    /// recovery (objects below their copies), disks near full, clock differences and
+    /// the lag of zone-sync VDIs. Exit code 0 (OK), 1 (WARN) or 2 (ERR, also when no
+    /// node answers), for monitoring checks.
+    Health,
     /// Show or change cluster settings.
     Config {
         /// Copies of VDIs created without --copies (1..=5).
@@ -52,17 +58,6 @@ fn unconfirmed(s: &Status) -> Option<String> {
     }
 }
 
-/// Exit with status 1 (after the output) when the view was not confirmed, so a
-/// script or a monitoring check sees it.
-fn exit_if_unconfirmed(unconfirmed: bool) -> Result<()> {
-    if unconfirmed {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        std::process::exit(1);
-    }
-    Ok(())
-}
-
 pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
         ClusterCmd::Status => {
@@ -73,8 +68,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 let mut v = serde_json::to_value(&s)?;
                 v["recovery"] = serde_json::to_value(&rec)?;
                 v["confirmed"] = serde_json::Value::Bool(unconfirmed.is_none());
-                print_json(&v)?;
-                return exit_if_unconfirmed(unconfirmed.is_some());
+                return print_json(&v);
             }
             if let Some(why) = &unconfirmed {
                 println!("WARNING: {why}");
@@ -110,8 +104,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 println!();
                 println!("WARNING: {why}");
             }
-            exit_if_unconfirmed(unconfirmed.is_some())
+            Ok(())
         }
+        ClusterCmd::Health => health(ctx).await,
         ClusterCmd::Config {
             copies,
             down_after,
@@ -164,4 +159,43 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
         }
         ClusterCmd::Scrub => crate::heal_cmd::scrub(ctx).await,
     }
+}
+
+/// `drove cluster health`: print the verdict and exit 0, 1 or 2 by it.
+async fn health(ctx: &Ctx) -> Result<()> {
+    let h: Health = match ctx.get("/api/health").await {
+        Ok(h) => h,
+        Err(e) => {
+            // Nobody to judge: that is an error for a monitoring check too.
+            let message = format!("no answer from the node asked: {e:#}");
+            if ctx.json {
+                print_json(&serde_json::json!({
+                    "status": "err",
+                    "node_id": null,
+                    "quorum_age_ms": null,
+                    "checks": [{ "level": "err", "check": "reach", "message": message }],
+                }))?;
+            } else {
+                println!("ERR");
+                println!("  ERR   reach     {message}");
+            }
+            finish(2);
+        }
+    };
+    if ctx.json {
+        print_json(&h)?;
+    } else {
+        println!("{} (judged by node {})", h.status.word(), h.node_id);
+        for c in &h.checks {
+            println!("  {:<5} {:<9} {}", c.level.word(), c.check, c.message);
+        }
+    }
+    finish(h.status.exit_code())
+}
+
+/// Exit with `code` once what was printed is out.
+fn finish(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
 }

@@ -35,6 +35,12 @@ struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Send this command's first change with this request id (32 hex digits) instead
+    /// of a random one. A change is applied at most once per id, so when a command
+    /// ended with "outcome unknown", running it again with the id it printed tells
+    /// the outcome without acting twice.
+    #[arg(long, global = true, value_parser = parse_request_id)]
+    request_id: Option<drove_daemon::api::ClientRequestId>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -112,7 +118,11 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let ctx = client::Ctx::new(cluster_addr(&matches, cli.cluster.as_deref()), cli.json);
+    let ctx = client::Ctx::new(
+        cluster_addr(&matches, cli.cluster.as_deref()),
+        cli.json,
+        cli.request_id,
+    );
     let res = rt.block_on(async move {
         match cli.cmd {
             Cmd::Node(c) => node_cmd::run(c, &ctx).await,
@@ -124,9 +134,21 @@ fn main() {
         }
     });
     if let Err(e) = res {
+        if let Some(u) = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<client::OutcomeUnknown>())
+        {
+            // Not "error": it may have happened.
+            let _ = writeln!(std::io::stderr(), "outcome unknown: {u}");
+            std::process::exit(3);
+        }
         // Not eprintln!: under `node run` and `bench` SIGPIPE is ignored, and a
         // closed stderr must not turn the error into a panic.
         let _ = writeln!(std::io::stderr(), "error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn parse_request_id(s: &str) -> Result<drove_daemon::api::ClientRequestId, String> {
+    drove_daemon::api::ClientRequestId::parse(s)
 }

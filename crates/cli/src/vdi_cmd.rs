@@ -87,7 +87,8 @@ pub enum VdiCmd {
     Resize {
         /// Name.
         name: String,
-        /// New size, e.g. 20G.
+        /// New size, e.g. 20G; +SIZE (e.g. +1G) adds to the current size (sent once
+        /// however often the answer is lost and the CLI asks again).
         size: String,
     },
     /// Compare the replicas of every object of a VDI (digests); --repair makes
@@ -174,7 +175,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         VdiCmd::List => {
-            let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
+            let vdis: Vec<VdiInfo> = ctx.get_consistent("/api/vdis").await?;
             if ctx.json {
                 return print_json(&vdis);
             }
@@ -207,7 +208,9 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         VdiCmd::Info { name } => {
-            let d: VdiDetail = ctx.get(&format!("/api/vdis/{}", encode(&name))).await?;
+            let d: VdiDetail = ctx
+                .get_consistent(&format!("/api/vdis/{}", encode(&name)))
+                .await?;
             // A zone-sync VDI's lag, asked of its writer once.
             let lag = match d.info.policy {
                 drove_types::WritePolicy::ZoneSync => Some(crate::sync_cmd::lag(ctx, &name).await),
@@ -268,11 +271,14 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Handover(a) => crate::move_cmd::handover(a, ctx).await,
         VdiCmd::Promote(a) => crate::move_cmd::promote(a, ctx).await,
         VdiCmd::Resize { name, size } => {
-            let size = parse_size(&size)?;
+            let (grow, size) = match size.strip_prefix('+') {
+                Some(by) => (true, parse_size(by)?),
+                None => (false, parse_size(&size)?),
+            };
             let d: VdiDetail = ctx
                 .post(
                     &format!("/api/vdis/{}/resize", encode(&name)),
-                    &Resize { size },
+                    &Resize { size, grow },
                 )
                 .await?;
             show(ctx, &d)

@@ -241,3 +241,263 @@ fn test_a_dead_voter_is_removed_and_a_learner_takes_its_vote() {
     // The metadata still commits with the new voters.
     c.create_vdi("after", "4M", &[]);
 }
+
+/// `drove cluster health --json` through node `i`: its exit code and its verdict.
+fn health(c: &Cluster, i: usize) -> (Option<i32>, serde_json::Value) {
+    let o = c.drove(i, &["cluster", "health", "--json"]);
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("health --json is not JSON ({e}): {}", text(&o)));
+    (o.status.code(), v)
+}
+
+/// The checks of a verdict that are not `ok`, as (check, level).
+fn findings(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["level"] != "ok")
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().into(),
+                c["level"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn test_health_and_status_tell_nodes_down_and_a_lost_quorum() {
+    let c = Cluster::start(3, 3);
+    // Every node soon knows of a working majority and finds nothing wrong (but the
+    // disk of this machine, which the test does not control).
+    for i in 0..3 {
+        wait_until(
+            std::time::Duration::from_secs(20),
+            "a healthy cluster",
+            || {
+                let (_, v) = health(&c, i);
+                findings(&v).iter().all(|(check, _)| check == "disk")
+            },
+        );
+    }
+    let (code, v) = health(&c, 0);
+    let expected = if findings(&v).is_empty() { 0 } else { 1 };
+    assert_eq!(code, Some(expected), "{v}");
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for check in ["quorum", "nodes", "recovery", "disk", "clock", "lag"] {
+        assert!(names.contains(&check), "{check} missing: {v}");
+    }
+    let s = status(&c, 0);
+    assert_eq!(s["confirmed"], true, "{s}");
+    let o = c.drove(0, &["cluster", "health"]);
+    let t = text(&o);
+    assert!(
+        t.contains("(judged by node 1)") && t.contains("3 of 3 nodes up"),
+        "{t}"
+    );
+
+    // One node gone: a warning naming it (first as not answering, then as down).
+    c.kill(2);
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "node 3 reported down",
+        || {
+            let (code, v) = health(&c, 0);
+            code == Some(1) && findings(&v).contains(&("nodes".into(), "warn".into()))
+        },
+    );
+    let (_, v) = health(&c, 0);
+    let nodes = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "nodes")
+        .unwrap();
+    assert!(
+        nodes["message"]
+            .as_str()
+            .unwrap()
+            .contains("down: 2 of 3 nodes up"),
+        "{v}"
+    );
+
+    // Two of three gone: no quorum, an error; status says its view is its last one.
+    c.kill(1);
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "no quorum reported",
+        || {
+            let (code, v) = health(&c, 0);
+            code == Some(2) && findings(&v).contains(&("quorum".into(), "err".into()))
+        },
+    );
+    let o = c.drove(0, &["cluster", "health"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.starts_with("ERR (judged by node 1)"), "{t}");
+    assert!(
+        t.contains("last knew of a working metadata majority"),
+        "{t}"
+    );
+    let o = c.drove(0, &["cluster", "status"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.starts_with("WARNING: node 1 last knew of a working metadata majority"),
+        "{t}"
+    );
+    let s = status(&c, 0);
+    assert_eq!(s["confirmed"], false, "{s}");
+    assert!(s["quorum_age_ms"].as_u64().unwrap() >= 3000, "{s}");
+
+    // Nobody to ask: still a verdict, ERR, exit 2.
+    c.kill(0);
+    let (code, v) = health(&c, 0);
+    assert_eq!(code, Some(2), "{v}");
+    assert_eq!(v["status"], "err", "{v}");
+}
+
+/// The index in `c.nodes` of the node with metadata id `id`.
+fn index_of(c: &Cluster, s: &serde_json::Value, id: u64) -> usize {
+    let admin = s["map"]["nodes"][id.to_string()]["admin_addr"]
+        .as_str()
+        .unwrap_or_else(|| panic!("node {id} not in the map: {s}"));
+    c.nodes.iter().position(|n| n.admin == admin).unwrap()
+}
+
+#[test]
+fn test_a_change_without_an_answer_says_its_outcome_is_unknown_and_a_retry_acts_once() {
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("zz", "4M", &[]);
+    wait_until(std::time::Duration::from_secs(20), "a quorum", || {
+        findings(&health(&c, 0).1)
+            .iter()
+            .all(|(check, _)| check == "disk")
+    });
+    // Ask the leader, with the other two gone: it proposes the delete and cannot
+    // commit it. (--force: without it the delete first asks every node whether a
+    // client has the VDI open, and refuses for sure when two do not answer.)
+    let s = status(&c, 0);
+    let leader = index_of(&c, &s, s["leader"].as_u64().expect("a leader"));
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    for &i in &others {
+        c.kill(i);
+    }
+    let o = c.drove(leader, &["vdi", "delete", "zz", "--force"]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(err.contains("outcome unknown: "), "{err}");
+    assert!(!err.contains("error:"), "{err}");
+    let id = err
+        .split("--request-id ")
+        .nth(1)
+        .and_then(|t| t.get(..32))
+        .unwrap_or_else(|| panic!("no request id in: {err}"))
+        .to_string();
+    // The majority comes back; the same change, sent with the id it printed, says
+    // what happened (deleted now, or by the first try once the log committed).
+    for &i in &others {
+        c.restart(i);
+    }
+    wait_until(
+        std::time::Duration::from_secs(60),
+        "the quorum back",
+        || {
+            findings(&health(&c, leader).1)
+                .iter()
+                .all(|(check, _)| check != "quorum")
+        },
+    );
+    for _ in 0..2 {
+        let o = c.drove(
+            leader,
+            &["vdi", "delete", "zz", "--force", "--request-id", &id],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert!(!c.vdi_names().contains(&"zz".to_string()));
+    // A new id is a new change: there is nothing left to delete.
+    let o = c.drove(leader, &["vdi", "delete", "zz"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("No VDI named 'zz'"), "{}", text(&o));
+    // A bad id is refused before anything is sent.
+    let o = c.drove(leader, &["vdi", "delete", "zz", "--request-id", "nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("32 hexadecimal digits"), "{}", text(&o));
+}
+
+/// A TCP proxy to `upstream` on 127.0.0.1 that, on its first connection, passes the
+/// request on and then closes the connection as soon as the answer starts to come
+/// back, so the client never sees it; later connections pass both ways.
+fn answer_losing_proxy(upstream: String) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for (n, client) in l.incoming().enumerate() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut up) = TcpStream::connect(&upstream) else {
+                return;
+            };
+            let (mut c2, mut u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut u2);
+                let _ = u2.shutdown(Shutdown::Write);
+            });
+            if n == 0 {
+                let mut buf = [0u8; 4096];
+                let _ = up.read(&mut buf);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = up.shutdown(Shutdown::Both);
+            } else {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut up, &mut client);
+                    let _ = client.flush();
+                    let _ = client.shutdown(Shutdown::Write);
+                });
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn test_a_resize_whose_answer_is_lost_is_sent_again_and_applied_once() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("g", "1G", &[]);
+    let proxy = answer_losing_proxy(c.nodes[0].admin.clone());
+    let o = run(Command::new(drove_bin()).args([
+        "vdi",
+        "resize",
+        "g",
+        "+1G",
+        "--cluster",
+        &proxy,
+        "--json",
+    ]));
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("no definite answer yet"),
+        "the first answer was to be lost: {t}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["size"], 2u64 << 30, "{v}");
+    let size = |c: &Cluster| {
+        let o = c.drove(0, &["vdi", "info", "g", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["size"].as_u64().unwrap()
+    };
+    assert_eq!(size(&c), 2 << 30, "sent twice, applied once");
+    // Another command is another change.
+    let o = c.drove(0, &["vdi", "resize", "g", "+1G"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(size(&c), 3 << 30);
+}

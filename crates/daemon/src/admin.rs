@@ -24,6 +24,8 @@ pub struct Admin {
     pub exports: Arc<crate::exports::VdiExports>,
     /// For asking other nodes' admin APIs (who has a VDI open).
     pub http: reqwest::Client,
+    /// The directory of the object store (for its disk space).
+    pub store_dir: std::path::PathBuf,
 }
 
 impl Admin {
@@ -55,9 +57,10 @@ impl IntoResponse for ApiErr {
                 StatusCode::CONFLICT
             }
             ErrorKind::Invalid => StatusCode::BAD_REQUEST,
-            ErrorKind::Unavailable | ErrorKind::StaleEpoch | ErrorKind::Recovering => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorKind::Unavailable
+            | ErrorKind::StaleEpoch
+            | ErrorKind::Recovering
+            | ErrorKind::OutcomeUnknown => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -75,6 +78,8 @@ pub(crate) type ApiResult<T> = Result<Json<T>, ApiErr>;
 pub fn router(admin: Admin) -> Router {
     Router::new()
         .route("/api/status", get(status))
+        .route("/api/health", get(crate::health::health))
+        .route("/api/local/health", get(crate::health::local_health))
         .route("/api/vdis", get(list_vdis).post(create_vdi))
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))
@@ -100,7 +105,27 @@ pub fn router(admin: Admin) -> Router {
         .route("/metrics", get(metrics))
         .merge(crate::lineage::router())
         .merge(crate::wan::router())
+        .layer(axum::middleware::from_fn(client_request))
         .with_state(admin)
+}
+
+/// Run the request under its client request id, when it has one; refuse a bad one.
+async fn client_request(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use api::REQUEST_ID_HEADER;
+    let Some(v) = req.headers().get(REQUEST_ID_HEADER) else {
+        return next.run(req).await;
+    };
+    let id = v
+        .to_str()
+        .map_err(|_| "it is not ASCII".to_string())
+        .and_then(drove_meta::ClientRequestId::parse);
+    match id {
+        Ok(id) => drove_meta::with_client_request(id, next.run(req)).await,
+        Err(e) => ApiErr(Error::invalid(format!(
+            "Bad {REQUEST_ID_HEADER} header: {e}"
+        )))
+        .into_response(),
+    }
 }
 
 async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
@@ -133,7 +158,22 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
     }))
 }
 
-async fn list_vdis(State(a): State<Admin>) -> ApiResult<Vec<VdiInfo>> {
+/// How long a consistent read may take to confirm the node's view.
+const READ_BARRIER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// For a consistent read: wait until this node has applied every committed change.
+async fn barrier(a: &Admin, q: &api::ReadQuery) -> Result<(), Error> {
+    if q.consistent {
+        a.meta.read_barrier(READ_BARRIER).await?;
+    }
+    Ok(())
+}
+
+async fn list_vdis(
+    State(a): State<Admin>,
+    axum::extract::Query(q): axum::extract::Query<api::ReadQuery>,
+) -> ApiResult<Vec<VdiInfo>> {
+    barrier(&a, &q).await?;
     Ok(Json(a.meta.state().vdis.values().cloned().collect()))
 }
 
@@ -150,7 +190,12 @@ fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
     }
 }
 
-async fn vdi_info(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::VdiDetail> {
+async fn vdi_info(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<api::ReadQuery>,
+) -> ApiResult<api::VdiDetail> {
+    barrier(&a, &q).await?;
     let info = find_vdi(&a, &name)?;
     Ok(Json(detail(&a, info)))
 }
@@ -369,8 +414,14 @@ async fn delete_vdi(
     Path(name): Path<String>,
     axum::extract::Query(q): axum::extract::Query<api::DeleteQuery>,
 ) -> ApiResult<serde_json::Value> {
-    let id = find_vdi(&a, &name)?.id;
-    if !q.force {
+    let id = match find_vdi(&a, &name) {
+        Ok(v) => Some(v.id),
+        // A client's retry of a delete whose answer it lost: the metadata answers
+        // with the first outcome (or "no such VDI" if it never happened).
+        Err(_) if drove_meta::in_client_request() => None,
+        Err(e) => return Err(e.into()),
+    };
+    if !q.force && id.is_some() {
         crate::clients::refuse_if_open(&a, &name).await?;
     }
     // A client that just detached may still be releasing the lock: give it a moment.
@@ -385,7 +436,10 @@ async fn delete_vdi(
             .await
         {
             Ok(_) => {
-                let lagging = crate::clients::await_dropped(&a, &name, id).await;
+                let lagging = match id {
+                    Some(id) => crate::clients::await_dropped(&a, &name, id).await,
+                    None => Vec::new(),
+                };
                 if !lagging.is_empty() {
                     tracing::warn!(
                         "VDI '{name}' deleted, but nodes {lagging:?} had not applied it within 5 s"
@@ -423,13 +477,15 @@ async fn resize_vdi(
     Path(name): Path<String>,
     Json(req): Json<api::Resize>,
 ) -> ApiResult<api::VdiDetail> {
-    let reply = a
-        .meta
-        .execute(Command::ResizeVdi {
+    let cmd = if req.grow {
+        Command::GrowVdi { name, by: req.size }
+    } else {
+        Command::ResizeVdi {
             name,
             size: req.size,
-        })
-        .await?;
+        }
+    };
+    let reply = a.meta.execute(cmd).await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))
 }
 

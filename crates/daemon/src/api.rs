@@ -1,5 +1,10 @@
 //! The admin API's request and response bodies, shared by the node and the CLI.
-pub use drove_meta::{EpochRecord, VdiLock, QUORUM_FRESH};
+pub use drove_meta::{ClientRequestId, EpochRecord, VdiLock, QUORUM_FRESH};
+
+/// The header by which a client names a request (32 hex digits, see
+/// [`ClientRequestId`]): the metadata commands it causes are applied at most once
+/// however often it is sent, and a repeat answers with the first outcome.
+pub const REQUEST_ID_HEADER: &str = "drove-request-id";
 use drove_types::{ClusterMap, NodeId, ReplicationMode, VdiInfo};
 use serde::{Deserialize, Serialize};
 
@@ -81,8 +86,11 @@ pub struct Recovery {
 /// `POST /api/vdis/{name}/resize`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Resize {
-    /// New size in bytes (grow only).
+    /// New size in bytes (grow only); with `grow`, the bytes to add.
     pub size: u64,
+    /// Add `size` to the VDI's size instead of setting it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grow: bool,
 }
 
 /// `POST /api/settings`.
@@ -138,6 +146,16 @@ pub struct Status {
     /// node states and VDIs above are this node's last view and may be out of date.
     #[serde(default)]
     pub quorum_age_ms: Option<u64>,
+}
+
+/// `GET /api/vdis` and `GET /api/vdis/{name}` query: `consistent=true` first makes
+/// the answering node confirm with the metadata leader that it has applied every
+/// committed change (a read-index: no log entry), and fails (503) when it cannot.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReadQuery {
+    /// Confirm the view with the leader first.
+    #[serde(default)]
+    pub consistent: bool,
 }
 
 /// `GET /api/vdis/{name}`: the record plus what this node can tell about it.
@@ -267,4 +285,79 @@ pub struct VdiUsage {
     pub objects: u64,
     /// Bytes allocated on disk.
     pub bytes: u64,
+}
+
+/// How healthy something is: `ok`, `warn` or `err` (ordered, worst last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Nothing to do.
+    Ok,
+    /// Working, with less margin than it should have (a node down, recovery running).
+    Warn,
+    /// Not working, or about to lose data if one more thing fails (no metadata
+    /// majority, a disk full).
+    Err,
+}
+
+impl Level {
+    /// `OK`, `WARN` or `ERR`, as the CLI prints it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Level::Ok => "OK",
+            Level::Warn => "WARN",
+            Level::Err => "ERR",
+        }
+    }
+
+    /// The exit code of `drove cluster health`: 0, 1 or 2.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Level::Ok => 0,
+            Level::Warn => 1,
+            Level::Err => 2,
+        }
+    }
+}
+
+/// One finding of a health check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    /// How bad.
+    pub level: Level,
+    /// Which check: `quorum`, `nodes`, `recovery`, `disk`, `clock`, `lag` or `reach`.
+    pub check: String,
+    /// What was found, for a person.
+    pub message: String,
+}
+
+/// `GET /api/health`: the cluster's health as the answering node judges it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// The worst level of the checks.
+    pub status: Level,
+    /// The node that judged.
+    pub node_id: NodeId,
+    /// Milliseconds since it last knew of a working metadata majority (`None`: not
+    /// since it started).
+    pub quorum_age_ms: Option<u64>,
+    /// Every check, the worst first; each check that found nothing says so (`ok`).
+    pub checks: Vec<HealthCheck>,
+}
+
+/// `GET /api/local/health`: what one node says about itself, for `/api/health`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalHealth {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// Its clock, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Its recovery.
+    pub recovery: drove_replica::Progress,
+    /// Size of the filesystem holding its objects, bytes (`None`: unknown).
+    pub disk_bytes: Option<u64>,
+    /// Space left there for drove, bytes.
+    pub disk_free_bytes: Option<u64>,
+    /// The zone-sync lag of each VDI written through it.
+    pub lags: Vec<crate::wan::LagReport>,
 }

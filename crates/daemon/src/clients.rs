@@ -65,7 +65,7 @@ pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
 }
 
 /// The up nodes of this node's map and their admin addresses.
-fn up_admins(a: &Admin) -> Vec<(NodeId, String)> {
+pub(crate) fn up_admins(a: &Admin) -> Vec<(NodeId, String)> {
     a.meta
         .state()
         .map

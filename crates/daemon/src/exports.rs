@@ -142,7 +142,9 @@ impl VdiExports {
                 // they are (replicas may differ only where no FLUSH covered the dead
                 // gateway's writes) rather than refuse them. The record stays
                 // unsettled, so the next attach that can take the lock repairs.
-                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::OutcomeUnknown) =>
+                {
                     tracing::warn!(vdi = %info.name, "serving without the post-crash repair: {e}");
                     return Ok(());
                 }

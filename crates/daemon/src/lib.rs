@@ -14,6 +14,7 @@ mod clients;
 mod config;
 mod datadir;
 mod exports;
+mod health;
 pub mod http_listen;
 mod lineage;
 mod locks;

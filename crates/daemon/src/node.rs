@@ -109,6 +109,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         recoverer: recoverer.clone(),
         exports: exports.clone(),
         http: reqwest::Client::new(),
+        store_dir: cfg.data.join("store"),
     }));
     let admin_server = AdminServer::new(AdminLimits::default());
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
@@ -175,24 +176,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     outcome
 }
 
-/// Free space below which a node reports itself unhealthy (kept down, so writes go
-/// to the other replicas; it recovers once space comes back).
-const MIN_FREE: u64 = 16 << 20;
-
-/// Whether the filesystem of `dir` has room for more objects.
+/// Whether the filesystem of `dir` has room for more objects (a node without is
+/// kept down, so writes go to the other replicas; it recovers once space comes back).
 fn has_room(dir: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return true;
-    };
-    // SAFETY: statvfs is plain old data; all-zero bytes are a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs writes only into `st`; `path` is NUL-terminated and outlives
-    // the call.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return true;
-    }
-    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= MIN_FREE
+    crate::health::disk_space(dir).is_none_or(|(_, free)| free >= crate::health::MIN_FREE)
 }
 
 /// Scrub this node's objects every `every`, paced by the recovery rate limit.

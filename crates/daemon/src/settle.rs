@@ -179,7 +179,9 @@ async fn renew_while_repairing(meta: &Meta, vdi: &str, lease: Duration) -> Error
         };
         match tokio::time::timeout_at(valid_until, meta.execute(cmd)).await {
             Ok(Ok(_)) => valid_until = asked + lease,
-            Ok(Err(e)) if e.kind() != ErrorKind::Unavailable => {
+            Ok(Err(e))
+                if !matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::OutcomeUnknown) =>
+            {
                 return Error::new(
                     e.kind(),
                     format!("VDI '{vdi}': the lock was lost during the post-crash repair: {e}"),

@@ -71,7 +71,7 @@ pub fn router() -> Router<Admin> {
         .route("/api/local/vdis/{name}/sync", post(local_sync))
 }
 
-fn report(info: &VdiInfo, holder: Option<NodeId>, lag: drove_replica::Lag) -> LagReport {
+pub(crate) fn report(info: &VdiInfo, holder: Option<NodeId>, lag: drove_replica::Lag) -> LagReport {
     let (time, bytes) = info.max_lag();
     LagReport {
         vdi: info.name.clone(),

@@ -29,6 +29,7 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/meta/write", post(write))
+        .route("/meta/read-index", post(crate::read::serve))
         .route("/meta/join", post(join))
         .route("/meta/remove", post(remove))
         .route("/meta/heartbeat", post(crate::health::receive))

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod batch;
+mod client_req;
 mod db;
 mod health;
 mod http;
@@ -21,6 +22,7 @@ mod membership;
 mod meta;
 mod network;
 mod raft_checks;
+mod read;
 mod remote;
 mod startup;
 mod state;
@@ -30,6 +32,7 @@ mod store_tests;
 mod types;
 mod write;
 
+pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};
 pub use health::{Heartbeat, QUORUM_FRESH};
 pub use meta::Meta;
 pub use state::{

@@ -178,7 +178,8 @@ impl Meta {
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
         let client = http_client(None)?;
-        let client_id = random_u64();
+        // Node-made request ids keep the top bit clear (clients' have it set).
+        let client_id = random_u64() & !crate::client_req::EXTERNAL_CLIENT;
         let stored: Option<u64> = db
             .get(keys::NODE_ID)
             .map_err(|e| db_error("Cannot read the node id", e))?;
@@ -234,7 +235,11 @@ impl Meta {
             startup_task: Mutex::new(None),
             closed: AtomicBool::new(false),
             health: Default::default(),
-            batch: crate::batch::Batcher::new(raft, random_u64(), metrics.clone()),
+            batch: crate::batch::Batcher::new(
+                raft,
+                random_u64() & !crate::client_req::EXTERNAL_CLIENT,
+                metrics.clone(),
+            ),
             metrics,
         });
         let task = tokio::spawn(meta.clone().run_startup());
@@ -395,6 +400,26 @@ impl Meta {
         }
     }
 
+    /// Where a call meant for the leader goes: the leader's address `hint` given by
+    /// the previous try, else the leader this node follows.
+    pub(crate) fn to_leader(&self, hint: Option<String>) -> ToLeader {
+        if self.is_closed() {
+            return ToLeader::Closed;
+        }
+        let leader = self.leader();
+        let here = match &hint {
+            Some(addr) => *addr == self.cfg.admin_addr,
+            None => leader.as_ref().is_some_and(|(id, _)| *id == self.id),
+        };
+        if here {
+            return ToLeader::Here;
+        }
+        match hint.or(leader.map(|(_, addr)| addr)) {
+            Some(addr) => ToLeader::There(addr),
+            None => ToLeader::Unknown,
+        }
+    }
+
     /// The leader this node follows: `(id, admin address)`.
     pub(crate) fn leader(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics();
@@ -427,5 +452,27 @@ impl Meta {
             && membership
                 .get_node(&self.id)
                 .is_some_and(|n| n.addr == self.cfg.admin_addr)
+    }
+}
+
+/// See [`Meta::to_leader`].
+pub(crate) enum ToLeader {
+    /// This node's metadata service has stopped.
+    Closed,
+    /// This node (it leads, or was named the leader).
+    Here,
+    /// The node at this admin address.
+    There(String),
+    /// No leader known yet.
+    Unknown,
+}
+
+impl ToLeader {
+    /// The try to make when no leader is known: wait and ask again.
+    pub(crate) fn no_leader<T>() -> crate::remote::Attempt<T> {
+        crate::remote::Attempt::Retry {
+            hint: None,
+            why: "no leader known".to_string(),
+        }
     }
 }

@@ -124,36 +124,64 @@ where
     Req: Serialize,
     T: DeserializeOwned,
 {
+    match call(client, addr, path, body, timeout).await {
+        Ok(w) => w.into(),
+        Err(n) => Attempt::Retry {
+            hint: None,
+            why: n.why,
+        },
+    }
+}
+
+/// A call that got no [`Wire`] answer.
+pub(crate) struct NoAnswer {
+    /// Why, for humans.
+    pub why: String,
+    /// The receiver may have got the call (and done its work): it was sent, and
+    /// what came back, if anything, was not an answer.
+    pub maybe_delivered: bool,
+}
+
+/// [`post`], keeping apart the calls that got no answer, and whether those may have
+/// reached the receiver.
+pub(crate) async fn call<Req, T>(
+    client: &reqwest::Client,
+    addr: &str,
+    path: &str,
+    body: &Req,
+    timeout: Duration,
+) -> Result<Wire<T>, NoAnswer>
+where
+    Req: Serialize,
+    T: DeserializeOwned,
+{
     let url = format!("http://{addr}{path}");
     let resp = match client.post(&url).timeout(timeout).json(body).send().await {
         Ok(r) => r,
         Err(e) => {
-            return Attempt::Retry {
-                hint: None,
+            return Err(NoAnswer {
                 why: format!("{url}: {}", cause(&e)),
-            }
+                maybe_delivered: !e.is_connect(),
+            })
         }
     };
     if resp.status() == reqwest::StatusCode::FORBIDDEN {
         // Refused for good (another cluster): the body says why.
-        return match resp.json::<Wire<T>>().await {
-            Ok(w) => w.into(),
-            Err(_) => Attempt::Fail(Error::invalid(format!("{url} refused the call"))),
-        };
+        return Ok(resp.json::<Wire<T>>().await.unwrap_or_else(|_| Wire::Err {
+            kind: ErrorKind::Invalid,
+            msg: format!("{url} refused the call"),
+        }));
     }
     if !resp.status().is_success() {
-        return Attempt::Retry {
-            hint: None,
+        return Err(NoAnswer {
             why: format!("{url} answered HTTP {}", resp.status()),
-        };
+            maybe_delivered: true,
+        });
     }
-    match resp.json::<Wire<T>>().await {
-        Ok(w) => w.into(),
-        Err(e) => Attempt::Retry {
-            hint: None,
-            why: format!("{url}: bad answer: {e}"),
-        },
-    }
+    resp.json::<Wire<T>>().await.map_err(|e| NoAnswer {
+        why: format!("{url}: bad answer: {e}"),
+        maybe_delivered: true,
+    })
 }
 
 /// The root cause of a failed call ("Connection refused (os error 111)"): reqwest's

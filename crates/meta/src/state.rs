@@ -419,6 +419,14 @@ pub enum Command {
         /// The new home zone.
         zone: String,
     },
+    /// Grow a VDI by `by` bytes (`drove vdi resize NAME +SIZE`); replies
+    /// [`Reply::Vdi`]. Not idempotent: a retry is applied once through its request id.
+    GrowVdi {
+        /// Name.
+        name: String,
+        /// Bytes to add.
+        by: u64,
+    },
 }
 
 impl Command {
@@ -449,6 +457,7 @@ impl Command {
             Command::Flattened { .. } => "Flattened",
             Command::DeleteEphemeral { .. } => "DeleteEphemeral",
             Command::PromoteVdi { .. } => "PromoteVdi",
+            Command::GrowVdi { .. } => "GrowVdi",
         }
     }
 }
@@ -778,6 +787,19 @@ impl MetaState {
             Command::Flattened { name, id } => self.flattened(name, *id),
             Command::DeleteEphemeral { name, id } => self.delete_ephemeral(name, *id),
             Command::PromoteVdi { name, zone } => self.promote_vdi(name, zone, now),
+            Command::GrowVdi { name, by } => {
+                let Some(vdi) = self.vdis.get(name) else {
+                    return Err(no_vdi(name));
+                };
+                let Some(size) = vdi.size.checked_add(*by) else {
+                    return Err(invalid(format!(
+                        "VDI '{name}' is {} bytes: {by} more is too large",
+                        vdi.size
+                    )));
+                };
+                let name = name.clone();
+                self.apply(&Command::ResizeVdi { name, size }, now)
+            }
         }
     }
 

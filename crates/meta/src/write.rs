@@ -1,11 +1,14 @@
 //! Linearizable metadata writes: [`Meta::execute`] proposes a command through Raft on
 //! the leader, forwarding it over HTTP when this node is not the leader, and retrying
-//! (same request id, so at most one apply) while there is no leader.
-use crate::meta::{unix_now, Meta};
-use crate::remote::{post, retry, Attempt, Wire, Written};
+//! (same request id, so at most one apply) while there is no leader. A command that
+//! was proposed (or sent to a leader) and got no answer before the deadline fails with
+//! `OutcomeUnknown`, not `Unavailable`: it may still be applied.
+use crate::meta::{unix_now, Meta, ToLeader};
+use crate::remote::{call, retry, Attempt, Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::Request;
-use drove_types::{Error, Result};
+use drove_types::{Error, ErrorKind, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long `execute` keeps trying to find a leader.
@@ -24,19 +27,37 @@ const MIN_TRY: Duration = Duration::from_millis(100);
 impl Meta {
     /// Apply `cmd` through Raft and return its result once it is committed and applied
     /// on this node (so [`Meta::state`] reflects it). Without a leader for about 10 s
-    /// the error is `Unavailable` "No metadata leader"; a command the state machine
+    /// the error is `Unavailable` "No metadata leader", or `OutcomeUnknown` when the
+    /// command was proposed and may still be applied; a command the state machine
     /// refuses returns its own error (`AlreadyExists`, `NotFound`, `Invalid`, ...).
+    /// Under a client request ([`crate::with_client_request`]) the command's request
+    /// id comes from the client's, so the client's retry is applied at most once.
     pub async fn execute(&self, cmd: Command) -> Result<Reply> {
         let deadline = Instant::now() + WRITE_TIMEOUT;
         let req = Request {
-            id: self.next_request_id(),
+            id: crate::client_req::next().unwrap_or_else(|| self.next_request_id()),
             now: unix_now(),
             cmd,
         };
+        let proposed = AtomicBool::new(false);
         let written = retry(deadline, "No metadata leader", |hint| {
-            self.write_once(&req, hint, deadline)
+            self.write_once(&req, hint, deadline, &proposed)
         })
-        .await?;
+        .await
+        .map_err(|e| {
+            if e.kind() == ErrorKind::Unavailable && proposed.load(Ordering::Relaxed) {
+                Error::new(
+                    ErrorKind::OutcomeUnknown,
+                    format!(
+                        "{}; the command was proposed and may still be applied once a \
+                         metadata majority answers",
+                        e.message()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
         // Read-your-writes on this node: wait for the local state machine to catch up
         // with the entry. The write is committed either way.
         let left = deadline
@@ -61,27 +82,44 @@ impl Meta {
         req: &Request,
         hint: Option<String>,
         deadline: Instant,
+        proposed: &AtomicBool,
     ) -> Attempt<Written> {
-        if self.is_closed() {
-            return Attempt::Fail(Error::unavailable("Metadata service stopped"));
-        }
-        let leader = self.leader();
-        let local = match &hint {
-            Some(addr) => *addr == self.cfg.admin_addr,
-            None => leader.as_ref().is_some_and(|(id, _)| *id == self.id),
+        let addr = match self.to_leader(hint) {
+            ToLeader::Closed => {
+                return Attempt::Fail(Error::unavailable("Metadata service stopped"))
+            }
+            ToLeader::Unknown => return ToLeader::no_leader(),
+            ToLeader::There(addr) => addr,
+            ToLeader::Here => {
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(MIN_TRY);
+                let w = self.local_write_within(req.clone(), left).await;
+                if is_unavailable(&w) || matches!(w, Wire::NotLeader { .. }) {
+                    // Proposed here and not committed in time, or this node stopped
+                    // leading meanwhile (openraft then answers "forward to the leader"
+                    // for entries the next leader may still commit): it may commit later.
+                    proposed.store(true, Ordering::Relaxed);
+                }
+                return w.into();
+            }
         };
-        if local {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(MIN_TRY);
-            return self.local_write_within(req.clone(), left).await.into();
-        }
-        match hint.or(leader.map(|(_, addr)| addr)) {
-            Some(addr) => post(&self.client, &addr, "/meta/write", req, FORWARD_TIMEOUT).await,
-            None => Attempt::Retry {
-                hint: None,
-                why: "no leader known".to_string(),
-            },
+        match call(&self.client, &addr, "/meta/write", req, FORWARD_TIMEOUT).await {
+            Ok(w) => {
+                if is_unavailable(&w) {
+                    proposed.store(true, Ordering::Relaxed);
+                }
+                w.into()
+            }
+            Err(n) => {
+                if n.maybe_delivered {
+                    proposed.store(true, Ordering::Relaxed);
+                }
+                Attempt::Retry {
+                    hint: None,
+                    why: n.why,
+                }
+            }
         }
     }
 
@@ -103,4 +141,15 @@ impl Meta {
     async fn local_write(&self, req: Request) -> Wire<Written> {
         self.batch.write(req).await
     }
+}
+
+/// A "try again" answer from a node that may have proposed the command.
+fn is_unavailable(w: &Wire<Written>) -> bool {
+    matches!(
+        w,
+        Wire::Err {
+            kind: ErrorKind::Unavailable,
+            ..
+        }
+    )
 }

@@ -415,3 +415,71 @@ async fn test_concurrent_commands_share_log_entries() {
     assert_eq!(value("drove_meta_leader"), leader as f64);
     assert_eq!(value("drove_meta_quorum"), 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_read_barrier_and_a_command_without_quorum_applied_once_on_retry() {
+    init_tracing();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes = three(&dirs).await;
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let leader = agreed_leader(&refs).await;
+    let (mut lead, mut others): (Vec<Node>, Vec<Node>) =
+        nodes.into_iter().partition(|n| n.id() == leader);
+    let lead = lead.pop().unwrap();
+    // A follower that passed the barrier has applied what was committed before it.
+    for i in 0..20 {
+        lead.meta
+            .execute(create(&format!("r{i}"), None))
+            .await
+            .unwrap();
+        others[0]
+            .meta
+            .read_barrier(Duration::from_secs(5))
+            .await
+            .expect("read barrier");
+        assert!(others[0].meta.state().vdis.contains_key(&format!("r{i}")));
+    }
+
+    // Without a majority: the barrier fails in its time; a command the leader proposed
+    // but cannot commit has an unknown outcome (not "unavailable": it may still apply).
+    let mut stopped = Vec::new();
+    for n in others.drain(..) {
+        stopped.push(n.stop().await);
+    }
+    let t = std::time::Instant::now();
+    let e = lead
+        .meta
+        .read_barrier(Duration::from_secs(2))
+        .await
+        .expect_err("no majority to confirm the leader");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let id = drove_meta::ClientRequestId { client: 42, seq: 7 };
+    let e = drove_meta::with_client_request(id, lead.meta.execute(create("once", None)))
+        .await
+        .expect_err("no majority");
+    assert_eq!(e.kind(), ErrorKind::OutcomeUnknown, "{e}");
+    // The majority back: the same request (same id), sent twice more, answers with
+    // one VDI; the entry proposed during the outage and the retries apply once.
+    for (addr, dir, _) in stopped {
+        others.push(restart(&addr, &dir, None).await);
+    }
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let r = drove_meta::with_client_request(id, lead.meta.execute(create("once", None)))
+            .await
+            .expect("the retry answers");
+        match r {
+            Reply::Vdi(v) => got.push(v.id),
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+    assert_eq!(got[0], got[1]);
+    // A new request is a new command: the name is taken.
+    let e = lead
+        .meta
+        .execute(create("once", None))
+        .await
+        .expect_err("exists");
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+}

@@ -35,6 +35,10 @@ pub enum ErrorKind {
     Recovering,
     /// The VDI was deleted (or rolled back, or never existed on this cluster).
     Gone,
+    /// A metadata command was proposed but no answer came in time: it may or may not
+    /// be applied. Sent again with the same client request id, it is applied at most
+    /// once and answers with its outcome.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
@@ -47,6 +51,7 @@ impl ErrorKind {
             ErrorKind::Fenced => "fenced",
             ErrorKind::Recovering => "recovering",
             ErrorKind::Gone => "gone",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Io => "io",

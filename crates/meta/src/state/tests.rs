@@ -428,6 +428,33 @@ fn test_resize_grows_only() {
 }
 
 #[test]
+fn test_grow_adds_to_the_size_each_time_it_is_applied() {
+    let mut s = with_nodes(3);
+    s.apply(&create("v", 1 << 20, None), 0).unwrap();
+    let grow = |by| Command::GrowVdi {
+        name: "v".to_string(),
+        by,
+    };
+    s.apply(&grow(1 << 20), 0).unwrap();
+    let Ok(Reply::Vdi(v)) = s.apply(&grow(1 << 20), 0) else {
+        panic!("grow failed");
+    };
+    assert_eq!(v.size, 3 << 20);
+    assert_eq!(err_of(s.apply(&grow(u64::MAX), 0)).0, ErrorKind::Invalid);
+    assert_eq!(
+        err_of(s.apply(&grow(MAX_VDI_SIZE), 0)).0,
+        ErrorKind::Invalid
+    );
+    assert_eq!(err_of(s.apply(&grow(1), 0)).0, ErrorKind::Invalid);
+    let missing = Command::GrowVdi {
+        name: "w".to_string(),
+        by: 4096,
+    };
+    assert_eq!(err_of(s.apply(&missing, 0)).0, ErrorKind::NotFound);
+    assert_eq!(s.vdis["v"].size, 3 << 20);
+}
+
+#[test]
 fn test_set_default_copies() {
     let mut s = with_nodes(1);
     assert_eq!(
