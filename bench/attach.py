@@ -67,6 +67,9 @@ def main():
 
     def worker(vdi, write, pattern):
         uri = f"nbd+unix:///att-{vdi}?socket={sock}"
+        # Everyone starts together: threads made one after another while the first
+        # ones already spawn qemu-io start late (the readers got 20 cycles in before).
+        go.wait()
         while (take() if write else state["left"] > 0):
             ok, took, out = cycle(uri, pattern, write)
             with lock:
@@ -76,6 +79,7 @@ def main():
 
     jobs = [(v, True, w + 1) for v in range(a.vdis) for w in range(a.writers)]
     jobs += [(v, False, 0) for v in range(a.vdis) for _ in range(a.readers)]
+    go = threading.Barrier(len(jobs))
     start = time.monotonic()
     with ThreadPoolExecutor(len(jobs)) as ex:
         list(ex.map(lambda j: worker(*j), jobs))

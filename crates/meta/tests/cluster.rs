@@ -313,7 +313,9 @@ async fn test_snapshot_joiner_and_write_after_leader_shutdown() {
     .await;
 
     // Stop the follower: the remaining leader has no quorum, its proposal cannot
-    // commit, and the write fails as Unavailable at the deadline instead of hanging.
+    // commit, and the write fails at the deadline instead of hanging, as an unknown
+    // outcome (the proposal is in the leader's log and may commit later), not as
+    // "unavailable" (which says it surely did not happen).
     let follower_at = rest.iter().position(|n| n.id() != new_leader).unwrap();
     rest.remove(follower_at).stop().await;
     let last = rest.pop().unwrap();
@@ -323,7 +325,7 @@ async fn test_snapshot_joiner_and_write_after_leader_shutdown() {
         .execute(create("never", Some(1)))
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
     assert!(err.message().starts_with("No metadata leader"), "{err}");
     assert!(!last.meta.state().vdis.contains_key("never"));
     last.stop().await;
