@@ -64,6 +64,30 @@ fn free_port(held: &mut Vec<TcpListener>) -> Result<u16> {
     Ok(p)
 }
 
+/// Whether node `n`'s last start failed because one of its ports was taken.
+fn lost_a_port(n: &NodeEntry) -> bool {
+    let text = std::fs::read(Path::new(&n.data).join("node.stderr")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text[text.len().saturating_sub(4096)..]).into_owned();
+    text.lines()
+        .last()
+        .is_some_and(|l| l.contains("Cannot listen on") && l.to_lowercase().contains("in use"))
+}
+
+/// New free TCP ports for node `n` (and node 1's admin address, which the others join).
+fn repick_ports(n: &mut NodeEntry, first: bool, first_admin: &mut String) -> Result<()> {
+    let mut held = Vec::new();
+    let ports: Vec<u16> = (0..3)
+        .map(|_| free_port(&mut held))
+        .collect::<Result<_>>()?;
+    n.admin = format!("127.0.0.1:{}", ports[0]);
+    n.peer = format!("127.0.0.1:{}", ports[1]);
+    n.nbd_tcp = format!("nbd://127.0.0.1:{}", ports[2]);
+    if first {
+        first_admin.clone_from(&n.admin);
+    }
+    Ok(())
+}
+
 fn port_free(p: u16) -> bool {
     TcpListener::bind(("127.0.0.1", p)).is_ok()
 }
@@ -172,15 +196,36 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
     cmd.spawn().context("Cannot start a node process")
 }
 
+/// The last lines of what node `n` printed (a failed start's reason), at most 1 KiB.
+fn stderr_tail(n: &NodeEntry) -> String {
+    let text = std::fs::read(Path::new(&n.data).join("node.stderr")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text[text.len().saturating_sub(1024)..]).into_owned();
+    text.lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 /// Wait until node `n` answers and its map has `want` nodes; returns its status.
 async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) -> Result<Status> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if let Ok(Some(code)) = child.try_wait() {
+            let tail = stderr_tail(n);
             bail!(
-                "Node in {} exited ({code}) while starting; see {}/node.log and node.stderr",
+                "Node in {} exited ({code}) while starting; see {}/node.log and node.stderr{}",
                 n.data,
-                n.data
+                n.data,
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; it said: {tail}")
+                }
             );
         }
         if let Ok(s) = ctx.get_at::<Status>(&n.admin, "/api/status").await {
@@ -287,15 +332,33 @@ async fn start_nodes(
             n.pid = c.id();
         }
     } else {
-        let first_admin = nodes[0].admin.clone();
+        let mut first_admin = nodes[0].admin.clone();
         // One at a time: each joins through node 1 and waits to be in the map.
         for (i, n) in nodes.iter_mut().enumerate() {
-            let join = (i > 0).then_some(first_admin.as_str());
-            children.push(spawn(n, join)?);
+            // The ports were free when planned, but another process (a second
+            // `drove up` on the host) may bind one before this node does: such a
+            // node exits before it joins, so it is started again on new ports.
+            let mut attempt = 0;
+            let s = loop {
+                let join = (i > 0).then_some(first_admin.as_str());
+                children.push(spawn(n, join)?);
+                let Some(c) = children.last_mut() else {
+                    bail!("no node process to wait for");
+                };
+                match wait_ready(ctx, n, i + 1, c).await {
+                    Ok(s) => break s,
+                    Err(e) if a.base_port == 0 && attempt < 4 && lost_a_port(n) => {
+                        attempt += 1;
+                        let _ = children.pop();
+                        eprintln!("node in {} lost a port to another process: {e:#}; retrying on new ports", n.data);
+                        repick_ports(n, i == 0, &mut first_admin)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
             let Some(c) = children.last_mut() else {
                 bail!("no node process to wait for");
             };
-            let s = wait_ready(ctx, n, i + 1, c).await?;
             n.id = s.node_id.0;
             n.pid = c.id();
             eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
@@ -361,4 +424,60 @@ pub async fn down(a: DownArgs, _ctx: &Ctx) -> Result<()> {
     stop(&f).await;
     eprintln!("Stopped {running} node(s) of {}", a.dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(dir: &Path, stderr: &str) -> NodeEntry {
+        std::fs::write(dir.join("node.stderr"), stderr).unwrap();
+        NodeEntry {
+            id: 0,
+            zone: "z1".into(),
+            admin: "127.0.0.1:1".into(),
+            peer: "127.0.0.1:2".into(),
+            nbd_tcp: "nbd://127.0.0.1:3".into(),
+            nbd_unix: String::new(),
+            data: dir.display().to_string(),
+            pid: 0,
+        }
+    }
+
+    #[test]
+    fn a_start_that_lost_a_port_is_told_from_other_failures() {
+        let d = tempfile::tempdir().unwrap();
+        let lost = "error: node failed: Cannot listen on 127.0.0.1:36745 for peers: \
+                    Address already in use (os error 98)\n";
+        let n = entry(d.path(), lost);
+        assert!(lost_a_port(&n));
+        assert!(stderr_tail(&n).contains("Cannot listen on 127.0.0.1:36745"));
+        // Another reason, even after an earlier lost port in the same file, is not retried.
+        let other = format!("{lost}error: node failed: the data directory is locked\n");
+        let n = entry(d.path(), &other);
+        assert!(!lost_a_port(&n));
+        assert!(stderr_tail(&n).ends_with("the data directory is locked"));
+        let n = entry(d.path(), "");
+        assert!(!lost_a_port(&n));
+        assert_eq!(stderr_tail(&n), "");
+    }
+
+    #[test]
+    fn new_ports_are_free_and_move_the_join_address_of_node_one() {
+        let d = tempfile::tempdir().unwrap();
+        let mut n = entry(d.path(), "");
+        let mut first = n.admin.clone();
+        repick_ports(&mut n, true, &mut first).unwrap();
+        assert_eq!(first, n.admin);
+        for a in [
+            n.admin.as_str(),
+            n.peer.as_str(),
+            n.nbd_tcp.trim_start_matches("nbd://"),
+        ] {
+            assert!(TcpListener::bind(a).is_ok(), "{a} is not free");
+        }
+        let before = first.clone();
+        repick_ports(&mut n, false, &mut first).unwrap();
+        assert_eq!(first, before);
+    }
 }
