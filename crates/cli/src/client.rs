@@ -43,6 +43,24 @@ impl std::fmt::Display for OutcomeUnknown {
 
 impl std::error::Error for OutcomeUnknown {}
 
+/// A node's definite "no" to a request: its error kind (`not_found`, `invalid`,
+/// `already_exists`, ...) and message. Shown as the message; `--json` prints the kind.
+#[derive(Debug)]
+pub struct Refused {
+    /// Snake-case kind, as the admin API names it.
+    pub kind: String,
+    /// What the node said.
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// A random number (no cryptographic strength needed: it only has to differ
 /// between commands).
 fn random_u64() -> u64 {
@@ -300,7 +318,11 @@ impl Ctx {
             .map_err(|e| anyhow!("Reading the answer from {addr} failed: {e}"))?;
         if !status.is_success() {
             if let Ok(err) = serde_json::from_slice::<ApiError>(&body) {
-                return Err(anyhow!("{}", err.message));
+                return Err(Refused {
+                    kind: err.error,
+                    message: err.message,
+                }
+                .into());
             }
             return Err(anyhow!(
                 "{addr} answered {status}: {}",

@@ -18,6 +18,9 @@ pub enum ClusterCmd {
     /// the lag of zone-sync VDIs. Exit code 0 (OK), 1 (WARN) or 2 (ERR, also when no
     /// node answers), for monitoring checks.
     Health,
+    /// Space per zone and in all: disks, free space, what drove stores, and what the
+    /// copies cost (VDI data counted once against the bytes on all disks).
+    Df,
     /// Show or change cluster settings.
     Config {
         /// Copies of VDIs created without --copies (1..=5).
@@ -107,6 +110,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         ClusterCmd::Health => health(ctx).await,
+        ClusterCmd::Df => crate::df_cmd::cluster_df(ctx).await,
         ClusterCmd::Config {
             copies,
             down_after,

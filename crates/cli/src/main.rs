@@ -4,6 +4,7 @@ mod addr;
 mod bench_cmd;
 mod client;
 mod cluster_cmd;
+mod df_cmd;
 mod heal_cmd;
 mod lineage_cmd;
 mod log_file;
@@ -14,6 +15,7 @@ mod node_cmd;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
+mod stream;
 mod sync_cmd;
 mod table;
 mod transfer;
@@ -118,6 +120,7 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let json = cli.json;
     let ctx = client::Ctx::new(
         cluster_addr(&matches, cli.cluster.as_deref()),
         cli.json,
@@ -134,6 +137,9 @@ fn main() {
         }
     });
     if let Err(e) = res {
+        if json {
+            print_json_error(&e);
+        }
         if let Some(u) = e
             .chain()
             .find_map(|c| c.downcast_ref::<client::OutcomeUnknown>())
@@ -147,6 +153,29 @@ fn main() {
         let _ = writeln!(std::io::stderr(), "error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Under `--json`, a failed command prints `{"error": {"kind": ..., "message": ...}}`
+/// on stdout (and the usual line on stderr): `kind` is the node's error kind when a
+/// node refused, `outcome_unknown` when the outcome is not known, else `error`.
+fn print_json_error(e: &anyhow::Error) {
+    let unknown = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<client::OutcomeUnknown>());
+    let kind = match (
+        unknown,
+        e.chain().find_map(|c| c.downcast_ref::<client::Refused>()),
+    ) {
+        (Some(_), _) => "outcome_unknown".to_string(),
+        (None, Some(r)) => r.kind.clone(),
+        (None, None) => "error".to_string(),
+    };
+    let mut err = serde_json::json!({ "kind": kind, "message": format!("{e:#}") });
+    if let Some(u) = unknown {
+        err["request_id"] = serde_json::Value::String(u.request_id.to_string());
+    }
+    let text = serde_json::json!({ "error": err }).to_string();
+    let _ = writeln!(std::io::stdout(), "{text}");
 }
 
 fn parse_request_id(s: &str) -> Result<drove_daemon::api::ClientRequestId, String> {

@@ -15,6 +15,9 @@ pub enum NodeCmd {
     Run(Box<RunArgs>),
     /// List the nodes of the cluster map.
     List,
+    /// Space per node: its disk, free space, what drove stores there and how many
+    /// objects (a node that does not answer is shown, not counted).
+    Df,
     /// Take a node out of the cluster: its objects are copied to the others first
     /// (the drain, with progress), then it leaves the cluster map and the metadata
     /// membership, and its process can be stopped. A node that is down is not
@@ -99,6 +102,7 @@ fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
 pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
         NodeCmd::Run(a) => run_node(*a).await,
+        NodeCmd::Df => crate::df_cmd::node_df(ctx).await,
         NodeCmd::List => {
             let s: Status = ctx.get("/api/status").await?;
             if ctx.json {

@@ -164,7 +164,7 @@ fn parse_percent(seg: &str) -> Option<f64> {
 }
 
 /// One redrawn line on stderr: percent, MiB/s, ETA. Silent when not on a terminal.
-struct Progress {
+pub(crate) struct Progress {
     start: Instant,
     size: u64,
     label: String,
@@ -173,7 +173,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(size: u64, label: &str, on: bool) -> Self {
+    pub(crate) fn new(size: u64, label: &str, on: bool) -> Self {
         Progress {
             start: Instant::now(),
             size,
@@ -183,7 +183,7 @@ impl Progress {
         }
     }
 
-    fn update(&mut self, pct: f64) {
+    pub(crate) fn update(&mut self, pct: f64) {
         let now = Instant::now();
         if !self.on
             || self
@@ -210,7 +210,7 @@ impl Progress {
         let _ = e.flush();
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.on && self.drawn.is_some() {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }

@@ -41,7 +41,8 @@ impl Format {
 /// `drove vdi import FILE NAME`.
 #[derive(Args)]
 pub struct ImportArgs {
-    /// Image file to copy from (raw, qcow2, or any format `qemu-img info` detects).
+    /// Image file to copy from (raw, qcow2, or any format `qemu-img info` detects),
+    /// or `-` for raw bytes from stdin (then --size is needed).
     pub file: PathBuf,
     /// Name of the VDI to create (also its NBD export name); an existing VDI is
     /// never overwritten.
@@ -61,6 +62,10 @@ pub struct ImportArgs {
     /// bytes look like a qcow2 header be read as qcow2.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+    /// Size of the VDI made from stdin (`-`), e.g. 10G: a pipe does not say how
+    /// long it is. Fewer bytes leave the rest zero; more fail the import.
+    #[arg(long)]
+    pub size: Option<String>,
     /// Id of the node whose NBD endpoint receives the data (its unix socket when that
     /// exists on this host, else its TCP address) [default: the --cluster node].
     #[arg(long)]
@@ -73,7 +78,8 @@ pub struct ExportArgs {
     /// VDI to copy from. There is no snapshot: exported while a VM writes it, the
     /// file mixes blocks from different moments, so stop or pause the VM first.
     pub name: String,
-    /// File to write (sparse where the VDI reads as zeros).
+    /// File to write (sparse where the VDI reads as zeros), or `-` for raw bytes on
+    /// stdout (then the summary goes to stderr).
     pub file: PathBuf,
     /// Format of FILE.
     #[arg(long, value_enum, default_value = "raw")]
@@ -89,7 +95,7 @@ pub struct ExportArgs {
 
 /// What `--json` prints, and what the one-line summary says.
 #[derive(Serialize)]
-struct Summary {
+pub(crate) struct Summary {
     op: &'static str,
     vdi: String,
     file: String,
@@ -105,7 +111,7 @@ struct Summary {
 
 impl Summary {
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    pub(crate) fn new(
         op: &'static str,
         vdi: &str,
         file: String,
@@ -130,8 +136,14 @@ impl Summary {
         }
     }
 
-    fn print(&self, ctx: &Ctx) -> Result<()> {
+    /// On stdout, or on stderr when stdout carries the image (`-`).
+    pub(crate) fn print(&self, ctx: &Ctx) -> Result<()> {
+        let to_stderr = self.op == "export" && self.file == "-";
         if ctx.json {
+            if to_stderr {
+                eprintln!("{}", serde_json::to_string(self)?);
+                return Ok(());
+            }
             return print_json(self);
         }
         let (done, from, to) = match self.op {
@@ -150,7 +162,7 @@ impl Summary {
             .data_bytes
             .map(|d| format!(", {} of data", format_size(d)))
             .unwrap_or_default();
-        println!(
+        let line = format!(
             "{done} {from} to {to} ({}) through node {}: {} ({} bytes{data}) in {:.2} s, {:.1} MiB/s",
             self.format,
             self.node,
@@ -159,6 +171,11 @@ impl Summary {
             self.seconds,
             self.mib_per_s
         );
+        if to_stderr {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
         Ok(())
     }
 }
@@ -170,7 +187,13 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
             bail!("Bad --copies {c}: use 1 to {}", drove_types::MAX_COPIES);
         }
     }
-    let mode: ReplicationMode = a.mode.parse()?;
+    let _: ReplicationMode = a.mode.parse()?;
+    if a.file.as_os_str() == "-" {
+        return crate::stream::import(a, ctx).await;
+    }
+    if a.size.is_some() {
+        bail!("--size is for an import from stdin (`-`); a file's image says its size");
+    }
     let file_s = a.file.display().to_string();
     match std::fs::metadata(&a.file).and_then(|m| {
         if m.is_dir() {
@@ -188,6 +211,41 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
     if vsize == 0 {
         bail!("Cannot import '{file_s}': its virtual size is 0 bytes");
     }
+    let src = qemu_path(&a.file);
+    let shown = fmt.clone();
+    let label = format!("import {}", a.name);
+    let json = ctx.json;
+    let (ep, (data, secs)) = with_new_vdi(ctx, &a, vsize, &file_s, |ep| async move {
+        let data = data_bytes(&src, &fmt).await;
+        // `-t writeback` (not `unsafe`): qemu-img sends a FLUSH at the end, which
+        // drove makes durable on every replica, so import returns once data is safe.
+        let mut args = os(&["convert", "-n", "-p", "-t", "writeback", "-f", &fmt]);
+        args.extend(os(&["-O", "raw", "--target-is-zero"]));
+        args.extend([src.clone(), OsString::from(&ep.uri)]);
+        let secs = convert(&args, vsize, &label, json).await?;
+        Ok((data, secs))
+    })
+    .await?;
+    Summary::new(
+        "import", &a.name, file_s, &shown, ep.node, vsize, data, secs,
+    )
+    .print(ctx)
+}
+
+/// Create VDI `a.name` of `size` bytes (rounded up to 512), run `copy` against a
+/// node's NBD endpoint for it, and delete the VDI again if anything fails.
+pub(crate) async fn with_new_vdi<T, F, Fut>(
+    ctx: &Ctx,
+    a: &ImportArgs,
+    size: u64,
+    file_s: &str,
+    copy: F,
+) -> Result<(Endpoint, T)>
+where
+    F: FnOnce(Endpoint) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mode: ReplicationMode = a.mode.parse()?;
     let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
     if vdis.iter().any(|v| v.name == a.name) {
         bail!(
@@ -197,7 +255,7 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
         );
     }
     let ep = endpoint(ctx, a.node, &a.name).await?;
-    let size = vsize.div_ceil(512) * 512;
+    let size = size.div_ceil(512) * 512;
     let _: VdiDetail = ctx
         .post(
             "/api/vdis",
@@ -214,21 +272,13 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
         )
         .await?;
     // From here on the VDI is ours: any failure deletes it again.
-    let src = qemu_path(&a.file);
     let res = async {
         wait_visible(ctx, &ep.admin, &a.name).await?;
-        let data = data_bytes(&src, &fmt).await;
-        // `-t writeback` (not `unsafe`): qemu-img sends a FLUSH at the end, which
-        // drove makes durable on every replica, so import returns once data is safe.
-        let mut args = os(&["convert", "-n", "-p", "-t", "writeback", "-f", &fmt]);
-        args.extend(os(&["-O", "raw", "--target-is-zero"]));
-        args.extend([src.clone(), OsString::from(&ep.uri)]);
-        let secs = convert(&args, vsize, &format!("import {}", a.name), ctx.json).await?;
-        Ok::<_, anyhow::Error>((data, secs))
+        copy(ep.clone()).await
     }
     .await;
-    let (data, secs) = match res {
-        Ok(r) => r,
+    match res {
+        Ok(r) => Ok((ep, r)),
         Err(e) => match delete_vdi(ctx, &a.name).await {
             Ok(()) => bail!("Import of '{file_s}' failed, VDI '{}' deleted again: {e:#}", a.name),
             Err(d) => bail!(
@@ -237,12 +287,14 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
                 a.name
             ),
         },
-    };
-    Summary::new("import", &a.name, file_s, &fmt, ep.node, vsize, data, secs).print(ctx)
+    }
 }
 
 pub async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
     validate_name(&a.name)?;
+    if a.file.as_os_str() == "-" {
+        return crate::stream::export(a, ctx).await;
+    }
     let file_s = a.file.display().to_string();
     match std::fs::symlink_metadata(&a.file) {
         Ok(m) if !a.force => bail!(
@@ -323,13 +375,14 @@ fn place(tmp: &Path, file: &Path, force: bool) -> Result<()> {
 }
 
 /// Where qemu-img reaches a node's NBD server, and the node's admin address.
-struct Endpoint {
-    node: NodeId,
-    admin: String,
-    uri: String,
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) node: NodeId,
+    pub(crate) admin: String,
+    pub(crate) uri: String,
 }
 
-async fn endpoint(ctx: &Ctx, node: Option<u64>, vdi: &str) -> Result<Endpoint> {
+pub(crate) async fn endpoint(ctx: &Ctx, node: Option<u64>, vdi: &str) -> Result<Endpoint> {
     let s: Status = ctx.get("/api/status").await?;
     let id = node.map(NodeId).unwrap_or(s.node_id);
     let Some(n) = s.map.node(id) else {
@@ -368,7 +421,7 @@ fn escape(s: &str) -> String {
 
 /// The metadata reaches each node through Raft: a node may not serve a VDI created a
 /// moment ago through another one yet.
-async fn wait_visible(ctx: &Ctx, admin: &str, vdi: &str) -> Result<()> {
+pub(crate) async fn wait_visible(ctx: &Ctx, admin: &str, vdi: &str) -> Result<()> {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         match ctx

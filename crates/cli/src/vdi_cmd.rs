@@ -38,8 +38,19 @@ pub enum VdiCmd {
         #[command(flatten)]
         policy: crate::policy_cmd::PolicyArgs,
     },
-    /// List every VDI.
-    List,
+    /// List every VDI (snapshots and clones too), or those whose name matches GLOB.
+    List {
+        /// Only names matching this shell pattern: `*` any characters, `?` one,
+        /// `[abc]` one of a set (quote it so the shell does not expand it).
+        #[arg(long, value_name = "GLOB")]
+        filter: Option<String>,
+    },
+    /// Bytes allocated per VDI and snapshot: per copy and on all replicas. With NAME,
+    /// that VDI and the snapshots it was made from.
+    Du {
+        /// Only this VDI and its parent snapshots.
+        name: Option<String>,
+    },
     /// Show one VDI and how to attach it.
     Info {
         /// Name.
@@ -83,6 +94,14 @@ pub enum VdiCmd {
     /// Make ZONE the home of a VDI whose home zone has no node up (a datacenter
     /// lost), so that a node there may write it; says first what may be missing.
     Promote(crate::move_cmd::PromoteArgs),
+    /// Give a VDI or snapshot a new name (also its NBD export name). Refused while a
+    /// client has it open; its data, id, snapshots and clones stay as they are.
+    Rename {
+        /// Current name.
+        name: String,
+        /// New name.
+        new_name: String,
+    },
     /// Grow a VDI to SIZE (shrinking is refused).
     Resize {
         /// Name.
@@ -174,13 +193,28 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             }
             Ok(())
         }
-        VdiCmd::List => {
-            let vdis: Vec<VdiInfo> = ctx.get_consistent("/api/vdis").await?;
+        VdiCmd::List { filter } => {
+            let all: Vec<VdiInfo> = ctx.get_consistent("/api/vdis").await?;
+            let vdis = match &filter {
+                Some(f) => {
+                    let p = glob::Pattern::new(f)
+                        .map_err(|e| anyhow::anyhow!("Bad --filter '{f}': {e}"))?;
+                    all.iter().filter(|v| p.matches(&v.name)).cloned().collect()
+                }
+                None => all.clone(),
+            };
             if ctx.json {
                 return print_json(&vdis);
             }
+            if vdis.is_empty() {
+                match &filter {
+                    Some(f) => println!("No VDI matches '{f}' ({} in all)", all.len()),
+                    None => println!("No VDIs yet: create one with `drove vdi create NAME SIZE`"),
+                }
+                return Ok(());
+            }
             let name_of = |id| {
-                vdis.iter()
+                all.iter()
                     .find(|p| p.id == id)
                     .map_or_else(|| "?".to_string(), |p| p.name.clone())
             };
@@ -268,6 +302,21 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Rollback(a) => crate::lineage_cmd::rollback(a, ctx).await,
         VdiCmd::Flatten(a) => crate::lineage_cmd::flatten(a, ctx).await,
         VdiCmd::Tree => crate::lineage_cmd::tree(ctx).await,
+        VdiCmd::Du { name } => crate::df_cmd::vdi_du(ctx, name.as_deref()).await,
+        VdiCmd::Rename { name, new_name } => {
+            drove_types::validate_name(&new_name)?;
+            let d: VdiDetail = ctx
+                .post(
+                    &format!("/api/vdis/{}/rename", encode(&name)),
+                    &drove_daemon::api::Rename { to: new_name },
+                )
+                .await?;
+            if ctx.json {
+                return print_json(&d);
+            }
+            println!("Renamed VDI '{name}' to '{}'", d.info.name);
+            Ok(())
+        }
         VdiCmd::Handover(a) => crate::move_cmd::handover(a, ctx).await,
         VdiCmd::Promote(a) => crate::move_cmd::promote(a, ctx).await,
         VdiCmd::Resize { name, size } => {
@@ -306,7 +355,7 @@ pub fn encode(name: &str) -> String {
         .collect()
 }
 
-fn kind(v: &VdiInfo) -> &'static str {
+pub(crate) fn kind(v: &VdiInfo) -> &'static str {
     if v.snapshot {
         "snapshot"
     } else if v.ephemeral {

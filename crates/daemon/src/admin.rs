@@ -83,6 +83,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis", get(list_vdis).post(create_vdi))
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))
+        .route("/api/vdis/{name}/rename", post(rename_vdi))
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/policy", post(set_policy))
@@ -486,6 +487,28 @@ async fn resize_vdi(
         }
     };
     let reply = a.meta.execute(cmd).await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+/// Rename a VDI nobody has open: NBD clients name their export, so an open one
+/// would lose it (the state machine itself refuses a VDI with a live writer).
+async fn rename_vdi(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Rename>,
+) -> ApiResult<api::VdiDetail> {
+    drove_types::validate_name(&req.to)?;
+    match find_vdi(&a, &name) {
+        Ok(_) => crate::clients::refuse_if_open(&a, &name).await?,
+        // A client's retry of a rename whose answer it lost: the metadata answers
+        // with the first outcome.
+        Err(_) if drove_meta::in_client_request() => {}
+        Err(e) => return Err(e.into()),
+    }
+    let reply = a
+        .meta
+        .execute(Command::RenameVdi { name, to: req.to })
+        .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))
 }
 

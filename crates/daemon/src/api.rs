@@ -93,6 +93,13 @@ pub struct Resize {
     pub grow: bool,
 }
 
+/// `POST /api/vdis/{name}/rename`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rename {
+    /// The new name (also the new NBD export name).
+    pub to: String,
+}
+
 /// `POST /api/settings`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Settings {

@@ -427,6 +427,15 @@ pub enum Command {
         /// Bytes to add.
         by: u64,
     },
+    /// Give a VDI (or a snapshot) another name, also its NBD export name; replies
+    /// [`Reply::Vdi`]. Refused while a writer's lease runs: the writer renews its
+    /// lock by name. Ids, lineage and data do not change.
+    RenameVdi {
+        /// Current name.
+        name: String,
+        /// New name.
+        to: String,
+    },
 }
 
 impl Command {
@@ -458,6 +467,7 @@ impl Command {
             Command::DeleteEphemeral { .. } => "DeleteEphemeral",
             Command::PromoteVdi { .. } => "PromoteVdi",
             Command::GrowVdi { .. } => "GrowVdi",
+            Command::RenameVdi { .. } => "RenameVdi",
         }
     }
 }
@@ -593,16 +603,8 @@ impl MetaState {
                 };
                 let id = vdi.id;
                 self.refuse_if_parent(name, id)?;
-                if let Some(lock) = self.locks.get(&id).filter(|_| !force) {
-                    if lock.expires_ms > now.saturating_mul(1000) {
-                        return Err((
-                            ErrorKind::Locked,
-                            format!(
-                                "VDI '{name}' is in use (written through node {}); detach it first",
-                                lock.owner
-                            ),
-                        ));
-                    }
+                if !force {
+                    self.refuse_if_written(name, id, now)?;
                 }
                 self.vdis.remove(name);
                 self.locks.remove(&id);
@@ -800,7 +802,50 @@ impl MetaState {
                 let name = name.clone();
                 self.apply(&Command::ResizeVdi { name, size }, now)
             }
+            Command::RenameVdi { name, to } => self.rename_vdi(name, to, now),
         }
+    }
+
+    /// `Locked` while a writer's lease on VDI `id` runs at `now` (seconds).
+    fn refuse_if_written(
+        &self,
+        name: &str,
+        id: VdiId,
+        now: u64,
+    ) -> Result<(), (ErrorKind, String)> {
+        match self.locks.get(&id) {
+            Some(lock) if lock.expires_ms > now.saturating_mul(1000) => Err((
+                ErrorKind::Locked,
+                format!(
+                    "VDI '{name}' is in use (written through node {}); detach it first",
+                    lock.owner
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn rename_vdi(&mut self, name: &str, to: &str, now: u64) -> ApplyResult {
+        validate_name(to).map_err(|e| invalid(e.message().to_string()))?;
+        let Some(vdi) = self.vdis.get(name) else {
+            return Err(no_vdi(name));
+        };
+        if name == to {
+            return Ok(Reply::Vdi(vdi.clone()));
+        }
+        if self.vdis.contains_key(to) {
+            return Err((
+                ErrorKind::AlreadyExists,
+                format!("VDI '{to}' already exists"),
+            ));
+        }
+        self.refuse_if_written(name, vdi.id, now)?;
+        let Some(mut vdi) = self.vdis.remove(name) else {
+            return Err(no_vdi(name));
+        };
+        vdi.name = to.to_string();
+        self.vdis.insert(to.to_string(), vdi.clone());
+        Ok(Reply::Vdi(vdi))
     }
 
     fn acquire_lock(

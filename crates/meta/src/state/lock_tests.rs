@@ -333,3 +333,19 @@ fn test_a_home_zone_must_exist_and_home_copies_fit() {
     assert_eq!(s.vdis["h"].home_zone.as_deref(), Some("z1"));
     assert_eq!(s.vdis["h"].home_copies, Some(3));
 }
+
+#[test]
+fn test_rename_is_refused_while_a_writer_holds_the_lock_and_allowed_once_it_expires() {
+    let mut s = state();
+    acquire(&mut s, 1, 1_000_000).unwrap();
+    let rename = Command::RenameVdi {
+        name: "vm".into(),
+        to: "vm2".into(),
+    };
+    let e = s.apply(&rename, 1_000).unwrap_err();
+    assert_eq!(e.0, ErrorKind::Locked, "{}", e.1);
+    assert!(s.vdis.contains_key("vm"));
+    // Ten seconds later the 10 s lease has run out.
+    assert!(s.apply(&rename, 1_011).is_ok());
+    assert!(s.vdis.contains_key("vm2") && !s.vdis.contains_key("vm"));
+}

@@ -660,3 +660,37 @@ fn test_a_silent_node_is_held_down_and_the_reason_is_in_the_history() {
     };
     assert_eq!(s.apply(&bad, 1_100).unwrap_err().0, ErrorKind::Invalid);
 }
+
+#[test]
+fn test_rename_moves_the_record_and_keeps_id_and_lineage() {
+    let mut s = with_nodes(3);
+    s.apply(&create("v", 1 << 20, None), 0).unwrap();
+    s.apply(&create("other", 1 << 20, None), 0).unwrap();
+    let id = s.vdis["v"].id;
+    let rename = |name: &str, to: &str| Command::RenameVdi {
+        name: name.to_string(),
+        to: to.to_string(),
+    };
+    let Ok(Reply::Vdi(v)) = s.apply(&rename("v", "w"), 0) else {
+        panic!("rename failed");
+    };
+    assert_eq!((v.name.as_str(), v.id), ("w", id));
+    assert!(!s.vdis.contains_key("v"));
+    assert_eq!(s.vdis["w"].id, id);
+    assert_eq!(s.vdis["w"].name, "w");
+    // To its own name: nothing changes. Taken, missing or bad names are refused
+    // and change nothing.
+    assert!(s.apply(&rename("w", "w"), 0).is_ok());
+    assert_eq!(
+        err_of(s.apply(&rename("w", "other"), 0)).0,
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(err_of(s.apply(&rename("v", "x"), 0)).0, ErrorKind::NotFound);
+    assert_eq!(
+        err_of(s.apply(&rename("w", "a/b"), 0)).0,
+        ErrorKind::Invalid
+    );
+    assert_eq!(err_of(s.apply(&rename("w", ""), 0)).0, ErrorKind::Invalid);
+    assert_eq!(s.vdis.len(), 2);
+    assert_eq!(s.vdis["w"].id, id);
+}
