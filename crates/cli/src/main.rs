@@ -82,6 +82,11 @@ fn sigpipe_ends_quietly(cmd: &Cmd) -> bool {
     !matches!(cmd, Cmd::Node(node_cmd::NodeCmd::Run(_)) | Cmd::Bench(_))
 }
 
+/// Whether the command writes a disk image to stdout (`vdi export NAME -`).
+fn image_on_stdout(cmd: &Cmd) -> bool {
+    matches!(cmd, Cmd::Vdi(vdi_cmd::VdiCmd::Export(a)) if a.file.as_os_str() == "-")
+}
+
 /// Restore SIGPIPE's default action (end the process) for the rest of its life.
 pub fn restore_sigpipe() {
     // SAFETY: SIG_DFL installs no handler code (nothing runs in signal context); it
@@ -120,7 +125,8 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let json = cli.json;
+    // Errors as JSON on stdout, except where stdout carries a disk image.
+    let json = cli.json && !image_on_stdout(&cli.cmd);
     let ctx = client::Ctx::new(
         cluster_addr(&matches, cli.cluster.as_deref()),
         cli.json,
