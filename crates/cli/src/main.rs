@@ -7,6 +7,7 @@ mod cluster_cmd;
 mod df_cmd;
 mod heal_cmd;
 mod lineage_cmd;
+mod lock_cmd;
 mod log_file;
 mod log_limit;
 mod logging;

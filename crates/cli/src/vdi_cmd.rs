@@ -121,6 +121,9 @@ pub enum VdiCmd {
     /// Wait until the copies outside a zone-sync VDI's home zone have every write
     /// acknowledged so far, durably (asked of the node writing it).
     Sync(crate::sync_cmd::SyncArgs),
+    /// The VDI's write lock: `drove vdi lock break NAME`.
+    #[command(subcommand)]
+    Lock(crate::lock_cmd::LockCmd),
     /// Copy a disk image file (raw, qcow2, ...) into a new VDI.
     Import(crate::transfer::ImportArgs),
     /// Copy a VDI into a disk image file (raw or qcow2).
@@ -336,6 +339,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::SetMinCopies(a) => crate::heal_cmd::set_min_copies(a, ctx).await,
         VdiCmd::Set(a) => crate::policy_cmd::set(a, ctx).await,
         VdiCmd::Sync(a) => crate::sync_cmd::sync(a, ctx).await,
+        VdiCmd::Lock(c) => crate::lock_cmd::run(c, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
         VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,
     }

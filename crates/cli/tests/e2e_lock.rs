@@ -99,3 +99,72 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("wrote 65536/65536"), "client B wrote: {t}");
 }
+
+/// `drove vdi lock break`: the holder's client stays attached, yet a writer on
+/// another node gets the lock at once (no waiting out the lease), the old client's
+/// later writes are refused, and what it wrote before the break stands.
+#[test]
+fn test_lock_break_fences_the_holder_and_frees_the_lock_at_once() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(2, 2);
+    c.create_vdi("vm", "64M", &["--copies", "2"]);
+    let uri1 = c.nodes[0].uri("vm");
+    let uri2 = c.nodes[1].uri("vm");
+    let (a, mut a_in) = session(&uri1);
+    writeln!(a_in, "write -P 0x11 1M 64k").unwrap();
+    writeln!(a_in, "flush").unwrap();
+    a_in.flush().unwrap();
+    wait_until(Duration::from_secs(10), "client A to hold the lock", || {
+        let o = c.drove(1, &["vdi", "info", "vm", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["lock"]["owner"].as_u64() == Some(c.nodes[0].id)
+    });
+    wait_until(Duration::from_secs(10), "client A's write to land", || {
+        !try_qemu_io(&uri2, "read -P 0x11 1M 64k").contains("Pattern verification failed")
+    });
+    let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
+    assert!(
+        t.contains("Operation not permitted"),
+        "before the break: {t}"
+    );
+
+    let o = c.drove(1, &["vdi", "lock", "break", "vm", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["broken"]["owner"].as_u64(), Some(c.nodes[0].id), "{r}");
+    let g = r["broken"]["generation"].as_u64().unwrap();
+    assert_eq!(r["fenced_below"].as_u64(), Some(g + 1), "{r}");
+
+    // At once, with client A still attached and its lease not over: B writes.
+    let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
+    assert!(t.contains("wrote 65536/65536"), "after the break: {t}");
+    let o = c.drove(0, &["vdi", "info", "vm", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Generation g + 1 went to nobody; node 2 took a later one.
+    assert!(v["lock_generation"].as_u64().unwrap() >= g + 2, "{v}");
+
+    // A's next write is refused; B's data and A's earlier data stand.
+    writeln!(a_in, "write -P 0x33 0 64k").unwrap();
+    writeln!(a_in, "quit").unwrap();
+    drop(a_in);
+    let out = a.wait_with_output().unwrap();
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.contains("Operation not permitted"), "old writer: {t}");
+    qemu_io(
+        &uri2,
+        &["read -P 0x22 0 64k".into(), "read -P 0x11 1M 64k".into()],
+    );
+
+    // Nobody holds it now (B detached): a second break says so and succeeds.
+    let o = c.drove(1, &["vdi", "lock", "break", "vm"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = c.drove(1, &["vdi", "lock", "break", "nope"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("No VDI named 'nope'"), "{}", text(&o));
+}

@@ -84,6 +84,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))
         .route("/api/vdis/{name}/rename", post(rename_vdi))
+        .route("/api/vdis/{name}/lock/break", post(break_lock))
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/policy", post(set_policy))
@@ -510,6 +511,34 @@ async fn rename_vdi(
         .execute(Command::RenameVdi { name, to: req.to })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+/// `POST /api/vdis/{name}/lock/break` (see `drove_meta`'s `Command::BreakLock`).
+async fn break_lock(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<api::LockBreak> {
+    let reply = a
+        .meta
+        .execute(Command::BreakLock { vdi: name.clone() })
+        .await?;
+    let broken = match reply {
+        Reply::Lock(l) => {
+            tracing::warn!(vdi = %name, owner = %l.owner, generation = l.generation,
+                "write lock broken by an operator: its holder is fenced");
+            Some(l)
+        }
+        _ => None,
+    };
+    let id = find_vdi(&a, &name)?.id;
+    let fenced_below = a
+        .meta
+        .state()
+        .lock_generations
+        .get(&id)
+        .copied()
+        .unwrap_or(0);
+    Ok(Json(api::LockBreak {
+        broken,
+        fenced_below,
+    }))
 }
 
 async fn settings(

@@ -100,6 +100,15 @@ pub struct Rename {
     pub to: String,
 }
 
+/// `POST /api/vdis/{name}/lock/break`: what the break did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockBreak {
+    /// The lock taken from its holder; `None` when nobody held it.
+    pub broken: Option<VdiLock>,
+    /// The newest lock generation handed out now: replicas refuse older ones.
+    pub fenced_below: u64,
+}
+
 /// `POST /api/settings`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Settings {

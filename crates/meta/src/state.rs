@@ -151,6 +151,21 @@ pub struct MetaState {
     /// epoch; see [`Settings::hold_down_ms`]).
     #[serde(default)]
     pub held_down: BTreeMap<NodeId, u64>,
+    /// Locks an operator broke (`drove vdi lock break`), by VDI id: their holder may
+    /// not take the lock again while its old lease would have run.
+    #[serde(default)]
+    pub broken: BTreeMap<VdiId, BrokenLock>,
+}
+
+/// A write lock an operator broke: the holder it was taken from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokenLock {
+    /// The node that held it.
+    pub owner: NodeId,
+    /// The run of that node's process that held it.
+    pub incarnation: u64,
+    /// When its lease would have ended (ms since the Unix epoch, holder's clock).
+    pub until_ms: u64,
 }
 
 impl Default for MetaState {
@@ -167,6 +182,7 @@ impl Default for MetaState {
             settled: BTreeMap::new(),
             removed: std::collections::BTreeSet::new(),
             held_down: BTreeMap::new(),
+            broken: BTreeMap::new(),
         }
     }
 }
@@ -436,6 +452,15 @@ pub enum Command {
         /// New name.
         to: String,
     },
+    /// Take VDI `vdi`'s write lock from its holder (`drove vdi lock break`): the lock
+    /// generation moves past the holder's, so replicas refuse its writes, and the
+    /// lock is free for the next writer at once. The holder cannot renew or take it
+    /// again until its old lease would have ended. Replies [`Reply::Lock`] with the
+    /// lock taken, or [`Reply::Done`] when nobody held it.
+    BreakLock {
+        /// VDI name.
+        vdi: String,
+    },
 }
 
 impl Command {
@@ -468,6 +493,7 @@ impl Command {
             Command::PromoteVdi { .. } => "PromoteVdi",
             Command::GrowVdi { .. } => "GrowVdi",
             Command::RenameVdi { .. } => "RenameVdi",
+            Command::BreakLock { .. } => "BreakLock",
         }
     }
 }
@@ -608,6 +634,7 @@ impl MetaState {
                 }
                 self.vdis.remove(name);
                 self.locks.remove(&id);
+                self.broken.remove(&id);
                 Ok(Reply::Done)
             }
             Command::ResizeVdi { name, size } => {
@@ -803,6 +830,7 @@ impl MetaState {
                 self.apply(&Command::ResizeVdi { name, size }, now)
             }
             Command::RenameVdi { name, to } => self.rename_vdi(name, to, now),
+            Command::BreakLock { vdi } => self.break_lock(vdi),
         }
     }
 
@@ -858,6 +886,7 @@ impl MetaState {
     ) -> ApplyResult {
         let id = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?.id;
         let expires_ms = now_ms.saturating_add(lease_ms);
+        self.refuse_broken_holder(vdi, id, node, incarnation, now_ms)?;
         if let Some(l) = self.locks.get_mut(&id) {
             if l.owner == node && l.incarnation == incarnation {
                 if l.handover_to.is_some() {
@@ -895,6 +924,7 @@ impl MetaState {
         }
         let generation = self.lock_generations.get(&id).copied().unwrap_or(0) + 1;
         self.lock_generations.insert(id, generation);
+        self.broken.remove(&id);
         // The first writer's zone becomes the home of a VDI created without one. Only
         // at the first lock: before it nothing was written, so no object moves.
         if generation == 1 {
@@ -1118,6 +1148,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
 
 mod home;
 mod lineage;
+mod lock_break;
 mod policy;
 
 #[cfg(test)]

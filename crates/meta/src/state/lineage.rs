@@ -134,6 +134,9 @@ impl MetaState {
         if let Some(&s) = self.settled.get(&old.id) {
             self.settled.insert(id, s);
         }
+        if let Some(b) = self.broken.remove(&old.id) {
+            self.broken.insert(id, b);
+        }
         self.vdis.insert(snap.to_string(), frozen);
         self.vdis.insert(name.to_string(), live.clone());
         Ok(Reply::Vdi(live))

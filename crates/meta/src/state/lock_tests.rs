@@ -349,3 +349,83 @@ fn test_rename_is_refused_while_a_writer_holds_the_lock_and_allowed_once_it_expi
     assert!(s.apply(&rename, 1_011).is_ok());
     assert!(s.vdis.contains_key("vm2") && !s.vdis.contains_key("vm"));
 }
+
+fn break_lock(s: &mut MetaState, vdi: &str) -> ApplyResult {
+    s.apply(&Command::BreakLock { vdi: vdi.into() }, 200)
+}
+
+#[test]
+fn test_breaking_a_lock_fences_the_holder_and_frees_it_at_once() {
+    let mut s = state();
+    let Reply::Lock(held) = acquire(&mut s, 1, 200_000).unwrap() else {
+        panic!("no lock")
+    };
+    let before = s.clone();
+    let Reply::Lock(taken) = break_lock(&mut s, "vm").unwrap() else {
+        panic!("the break names the lock it took")
+    };
+    assert_eq!(
+        (taken.owner, taken.generation),
+        (NodeId(1), held.generation)
+    );
+    // The next generation went to nobody: replicas refuse the holder's writes.
+    let id = s.vdis["vm"].id;
+    assert_eq!(s.lock_generations[&id], held.generation + 1);
+    assert!(!s.locks.contains_key(&id));
+    // Another node takes it at once, well inside the old lease.
+    let Reply::Lock(next) = acquire(&mut s, 2, 201_000).unwrap() else {
+        panic!("no lock for node 2")
+    };
+    assert_eq!(next.generation, held.generation + 2);
+    assert!(s.broken.is_empty(), "a new grant forgets the break");
+    // The break changed nothing but the lock, its generation and the record.
+    let mut undo = s.clone();
+    undo.locks = before.locks.clone();
+    undo.lock_generations = before.lock_generations.clone();
+    assert_eq!(undo, before);
+}
+
+#[test]
+fn test_a_broken_holder_cannot_renew_or_retake_until_its_lease_is_over() {
+    let mut s = state();
+    acquire_as(&mut s, 1, 7, 200_000).unwrap();
+    break_lock(&mut s, "vm").unwrap();
+    // Its renewal inside the old lease (which ends at 210_000) is refused: it stops.
+    let e = acquire_as(&mut s, 1, 7, 203_000).unwrap_err();
+    assert_eq!(e.0, ErrorKind::Locked, "{e:?}");
+    assert!(e.1.contains("broken"), "{e:?}");
+    // A restarted process on the same node is another holder: it may take it.
+    let mut other_run = s.clone();
+    assert!(acquire_as(&mut other_run, 1, 8, 203_000).is_ok());
+    // After the old lease, the same run may take it again (its clients attached anew).
+    let Reply::Lock(l) = acquire_as(&mut s, 1, 7, 210_001).unwrap() else {
+        panic!("no lock")
+    };
+    assert_eq!(l.generation, 3, "generation 2 went to nobody");
+}
+
+#[test]
+fn test_breaking_refuses_snapshots_and_unknown_names_and_is_idempotent() {
+    let mut s = state();
+    assert_eq!(break_lock(&mut s, "vm"), Ok(Reply::Done), "nobody held it");
+    assert_eq!(
+        break_lock(&mut s, "nope").unwrap_err().0,
+        ErrorKind::NotFound
+    );
+    s.apply(
+        &Command::SnapshotVdi {
+            name: "vm".into(),
+            snap: "s1".into(),
+            by: NodeId(1),
+            now_ms: 200_000,
+        },
+        200,
+    )
+    .unwrap();
+    let before = s.clone();
+    assert_eq!(break_lock(&mut s, "s1").unwrap_err().0, ErrorKind::Invalid);
+    assert_eq!(s, before, "a refused break changes nothing");
+    acquire(&mut s, 1, 200_000).unwrap();
+    break_lock(&mut s, "vm").unwrap();
+    assert_eq!(break_lock(&mut s, "vm"), Ok(Reply::Done), "broken twice");
+}
