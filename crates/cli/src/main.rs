@@ -2,6 +2,7 @@
 //! parses arguments and dispatches; each subcommand group lives in its own module.
 mod addr;
 mod bench_cmd;
+mod cert_cmd;
 mod client;
 mod cluster_cmd;
 mod df_cmd;
@@ -67,6 +68,9 @@ enum Cmd {
     /// centralized baseline over an emulated WAN.
     #[command(subcommand)]
     Bench(bench_cmd::BenchCmd),
+    /// Make a cluster CA, node certificates and client certificates (TLS).
+    #[command(subcommand)]
+    Cert(cert_cmd::CertCmd),
 }
 
 /// Let a closed stdout or stderr end this process the way it ends `ls` or `grep`:
@@ -141,6 +145,7 @@ fn main() {
             Cmd::Cluster(c) => cluster_cmd::run(c, &ctx).await,
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
             Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
+            Cmd::Cert(c) => cert_cmd::run(c, &ctx).await,
         }
     });
     if let Err(e) = res {

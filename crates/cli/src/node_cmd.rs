@@ -3,6 +3,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use drove_daemon::api::Status;
 use drove_daemon::NodeConfig;
+use drove_daemon::TlsMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -82,8 +83,48 @@ pub struct RunArgs {
     /// (fractions allowed); one that stalls longer is disconnected.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub nbd_handshake_timeout: f64,
+    /// Directory of this node's certificates: ca-cert.pem, server-cert.pem and
+    /// server-key.pem (made by `drove cert node`, or `drove up --tls`).
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// TLS on the NBD TCP port: off, allow (plaintext or STARTTLS) or require
+    /// [default: require with --tls-dir, else off]. TLS clients must present a
+    /// certificate signed by the cluster CA. The unix socket is always plaintext,
+    /// protected by its file permissions.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub nbd_tls: Option<NbdTls>,
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
+}
+
+/// `--nbd-tls` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NbdTls {
+    Off,
+    Allow,
+    Require,
+}
+
+/// The NBD TLS mode from the flags: require when certificates are given, unless told.
+fn nbd_tls_mode(dir: Option<&std::path::Path>, flag: Option<NbdTls>) -> Result<TlsMode> {
+    let mode = match flag {
+        Some(NbdTls::Off) => TlsMode::Off,
+        Some(NbdTls::Allow) => TlsMode::Allow,
+        Some(NbdTls::Require) => TlsMode::Require,
+        None if dir.is_some() => TlsMode::Require,
+        None => TlsMode::Off,
+    };
+    if mode != TlsMode::Off && dir.is_none() {
+        return Err(anyhow!(
+            "--nbd-tls {} needs --tls-dir DIR (the node's certificates; see `drove cert node`)",
+            if mode == TlsMode::Allow {
+                "allow"
+            } else {
+                "require"
+            }
+        ));
+    }
+    Ok(mode)
 }
 
 fn offset(addr: SocketAddr, by: u16) -> Result<SocketAddr> {
@@ -172,6 +213,8 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
+        nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
+        tls_dir: a.tls_dir,
     };
     drove_daemon::run(cfg, shutdown_signal())
         .await

@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::Status;
-use drove_types::local_cluster::{ClusterFile, NodeEntry};
+use drove_types::local_cluster::{ClusterFile, ClusterTls, NodeEntry};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,6 +35,12 @@ pub struct UpArgs {
     /// First admin port; node i uses BASE+10i (admin), +1 (peer), +2 (NBD). 0 picks free ports.
     #[arg(long, default_value_t = 7000)]
     base_port: u16,
+    /// Make a cluster CA and certificates (DIR/tls: ca-cert.pem, ca-key.pem,
+    /// client-cert.pem, client-key.pem; DIR/nodeN/tls for each node) and require
+    /// TLS with a client certificate on the NBD TCP ports (`nbds://`). The unix
+    /// sockets stay plaintext. New clusters only; a restart keeps what it had.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[derive(Args)]
@@ -145,9 +151,39 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
             nbd_unix: abs(&data.join("nbd.sock")),
             data: abs(&data),
             pid: 0,
+            tls_dir: None,
         });
     }
     Ok(out)
+}
+
+/// DIR/tls (the CA and a client certificate) and DIR/nodeN/tls (each node's
+/// certificate, valid for 127.0.0.1 and localhost); sets each node's `tls_dir`.
+fn make_certs(dir: &Path, nodes: &mut [NodeEntry]) -> Result<ClusterTls> {
+    const DAYS: u32 = 3650;
+    let tls = dir.join("tls");
+    let ca = drove_tls::Ca::generate("drove-local-ca", DAYS)?;
+    let [ca_cert, ca_key] = ca.write(&tls)?;
+    let client = ca.issue_client("drove-client", DAYS)?;
+    let [_, client_cert, client_key] = client.write_client(&ca, &tls)?;
+    for (i, n) in nodes.iter_mut().enumerate() {
+        // The data directory keeps its usual mode; only its tls/ is private.
+        std::fs::create_dir_all(&n.data).with_context(|| format!("Cannot create {}", n.data))?;
+        let names = drove_tls::NodeNames {
+            name: format!("node{}", i + 1),
+            hosts: vec!["127.0.0.1".into(), "localhost".into()],
+        };
+        let node_dir = Path::new(&n.data).join("tls");
+        ca.issue_node(&names, DAYS)?.write_node(&ca, &node_dir)?;
+        n.tls_dir = Some(abs(&node_dir));
+    }
+    Ok(ClusterTls {
+        dir: abs(&tls),
+        ca_cert: abs(&ca_cert),
+        ca_key: abs(&ca_key),
+        client_cert: abs(&client_cert),
+        client_key: abs(&client_key),
+    })
 }
 
 fn abs(p: &Path) -> String {
@@ -176,6 +212,9 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
         .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
         .arg("--log-file")
         .arg(&log_path);
+    if let Some(t) = &n.tls_dir {
+        cmd.args(["--tls-dir", t]);
+    }
     if let Some(j) = join {
         cmd.args(["--join", j]);
     }
@@ -262,16 +301,30 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         }
     }
     let restart = existing.is_some();
-    let mut nodes = match existing {
+    let (mut nodes, tls) = match existing {
         Some(f) => {
+            if a.tls && f.tls.is_none() {
+                bail!(
+                    "--tls makes certificates for a new cluster; the one in {} has none",
+                    a.dir.display()
+                );
+            }
             eprintln!(
                 "Restarting the {} nodes of {}",
                 f.nodes.len(),
                 a.dir.display()
             );
-            f.nodes
+            (f.nodes, f.tls)
         }
-        None => plan(&a, &a.dir)?,
+        None => {
+            let mut nodes = plan(&a, &a.dir)?;
+            let tls = if a.tls {
+                Some(make_certs(&a.dir, &mut nodes)?)
+            } else {
+                None
+            };
+            (nodes, tls)
+        }
     };
     // Nodes started so far; killed if start-up fails part-way, since no
     // cluster.json exists yet for `drove down` to find them.
@@ -280,7 +333,7 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         children.kill_all();
         return Err(e);
     }
-    let file = ClusterFile { nodes };
+    let file = ClusterFile { nodes, tls };
     let path = a.dir.join("cluster.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&file)?)
         .with_context(|| format!("Cannot write {}", path.display()))?;
@@ -288,6 +341,18 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         print_json(&file)?;
     } else {
         print_table(&file);
+        if let Some(t) = &file.tls {
+            println!(
+                "\nNBD over TCP needs TLS and a client certificate, for example:\n  \
+                 nbdinfo --tls-certificates={} {}/VDI",
+                t.dir,
+                file.nodes[0].nbd_tcp.replacen("nbd://", "nbds://", 1)
+            );
+            println!(
+                "  qemu: --object tls-creds-x509,id=tls0,endpoint=client,dir={}",
+                t.dir
+            );
+        }
         println!("\nexport DROVE_CLUSTER={}", file.nodes[0].admin);
     }
     if a.detach {
@@ -441,6 +506,7 @@ mod tests {
             nbd_unix: String::new(),
             data: dir.display().to_string(),
             pid: 0,
+            tls_dir: None,
         }
     }
 

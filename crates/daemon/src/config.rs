@@ -30,6 +30,11 @@ pub struct NodeConfig {
     pub scrub_every: Option<std::time::Duration>,
     /// Time an NBD client has for its handshake.
     pub nbd_handshake_timeout: std::time::Duration,
+    /// The node's certificates: `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
+    pub tls_dir: Option<PathBuf>,
+    /// TLS on the NBD TCP port (needs `tls_dir` unless off). The unix socket is
+    /// always plaintext.
+    pub nbd_tls: drove_nbd::TlsMode,
 }
 
 impl NodeConfig {

@@ -24,4 +24,5 @@ pub mod wan;
 mod watch;
 
 pub use config::NodeConfig;
+pub use drove_nbd::TlsMode;
 pub use node::run;

@@ -38,6 +38,9 @@ fn local(l: &TcpListener) -> Result<String> {
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
     // First of all: nothing in the directory is touched unless this node owns it.
     let _dir_lock = crate::datadir::DirLock::acquire(&cfg.data)?;
+    // Certificates are checked before anything listens: a node that would serve
+    // NBD without the TLS it was told to require must not start at all.
+    let nbd_tls = nbd_tls_config(&cfg)?;
     let admin_l = bind(cfg.listen, "the admin API").await?;
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
@@ -131,12 +134,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let data_dir = cfg.data.join("store");
     let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
-    let nbd = Arc::new(
-        NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
-            handshake_timeout: cfg.nbd_handshake_timeout,
-            ..Default::default()
-        }),
-    );
+    let mut nbd = NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
+        handshake_timeout: cfg.nbd_handshake_timeout,
+        ..Default::default()
+    });
+    if let Some(tls) = nbd_tls {
+        nbd = nbd.with_tls(cfg.nbd_tls, tls);
+    }
+    let nbd = Arc::new(nbd);
     let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
     let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
     tracing::info!(
@@ -174,6 +179,32 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     peer_task.abort();
     admin_task.abort();
     outcome
+}
+
+/// The TLS configuration of the NBD TCP port: `None` when TLS is off. Clients must
+/// present a certificate signed by the cluster CA.
+fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>> {
+    match (&cfg.tls_dir, cfg.nbd_tls) {
+        (_, drove_nbd::TlsMode::Off) => Ok(None),
+        (None, mode) => Err(Error::invalid(format!(
+            "NBD TLS mode {mode:?} needs the node's certificates (--tls-dir)"
+        ))),
+        (Some(dir), _) => {
+            drove_tls::node_server_config(dir, drove_tls::ClientAuth::Required)
+                .map(Some)
+                .map_err(|e| {
+                    // The chain (which file, then why) in one message: callers show
+                    // the message, not always the source.
+                    let mut why = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        why = format!("{why}: {s}");
+                        src = s.source();
+                    }
+                    Error::invalid(format!("Bad TLS directory {}: {why}", dir.display()))
+                })
+        }
+    }
 }
 
 /// Whether the filesystem of `dir` has room for more objects (a node without is

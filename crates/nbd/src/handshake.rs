@@ -119,6 +119,9 @@ pub enum Next {
     Reject(String),
     /// Enter the transmission phase.
     Transmit(Negotiated),
+    /// The ACK to `NBD_OPT_STARTTLS` is in the replies: send it, run the TLS
+    /// handshake as the server, and go on reading options over TLS.
+    StartTls,
 }
 
 /// Reply bytes to send, then what to do.
@@ -128,6 +131,21 @@ pub struct Outcome {
     pub replies: BytesMut,
     /// The next step.
     pub next: Next,
+}
+
+/// Whether a listener offers TLS (`NBD_OPT_STARTTLS`), and whether it insists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// No TLS: STARTTLS is refused with `NBD_REP_ERR_POLICY` (the unix socket, or a
+    /// node without certificates).
+    #[default]
+    Off,
+    /// Plaintext and TLS clients alike.
+    Allow,
+    /// The protocol's FORCEDTLS: before STARTTLS, every option but ABORT is answered
+    /// `NBD_REP_ERR_TLS_REQD`, and `NBD_OPT_EXPORT_NAME` (which cannot carry an
+    /// error) closes the connection.
+    Require,
 }
 
 /// The client sent handshake flags we do not know or did not offer.
@@ -142,6 +160,9 @@ pub struct Negotiation {
     /// Export name of the last successful `base:allocation` selection.
     meta_for: Option<String>,
     options: u32,
+    tls: TlsMode,
+    /// STARTTLS was acknowledged: options now arrive over TLS.
+    tls_active: bool,
 }
 
 impl Negotiation {
@@ -150,6 +171,11 @@ impl Negotiation {
     /// served: plain newstyle clients only send `NBD_OPT_EXPORT_NAME`, which we answer the
     /// same way.
     pub fn new(client_flags: u32) -> Result<Self, BadClientFlags> {
+        Self::with_tls(client_flags, TlsMode::Off)
+    }
+
+    /// [`Negotiation::new`] on a listener that offers TLS as `tls` says.
+    pub fn with_tls(client_flags: u32, tls: TlsMode) -> Result<Self, BadClientFlags> {
         if client_flags & !(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES) != 0 {
             return Err(BadClientFlags(client_flags));
         }
@@ -158,11 +184,23 @@ impl Negotiation {
             structured: false,
             meta_for: None,
             options: 0,
+            tls,
+            tls_active: false,
         })
+    }
+
+    /// Whether options from here on must be refused until the client starts TLS.
+    fn tls_required(&self) -> bool {
+        self.tls == TlsMode::Require && !self.tls_active
     }
 
     /// What the session must fetch before handling `opt`.
     pub fn lookup(&self, opt: &ClientOption) -> Lookup {
+        if self.tls_required() {
+            // Nothing is looked up for a client that has not proved who it is: not
+            // even whether an export exists.
+            return Lookup::Nothing;
+        }
         match opt {
             ClientOption::List => Lookup::List,
             ClientOption::ExportName(name) => Lookup::Export {
@@ -193,6 +231,12 @@ impl Negotiation {
             return done(out, Next::Reject("too many options".into()));
         }
         let code = opt.code();
+        if let ClientOption::StartTls = opt {
+            return self.start_tls(out);
+        }
+        if self.tls_required() {
+            return self.tls_required_reply(out, opt);
+        }
         let next = match opt {
             ClientOption::ExportName(name) => return self.export_name(name, found),
             ClientOption::Invalid {
@@ -232,8 +276,66 @@ impl Negotiation {
                 put_error(&mut out, code, NBD_REP_ERR_INVALID, reason);
                 Next::Continue
             }
-            ClientOption::StartTls | ClientOption::Unsupported(_) => {
+            ClientOption::Unsupported(_) => {
                 put_error(&mut out, code, NBD_REP_ERR_UNSUP, "option not supported");
+                Next::Continue
+            }
+            // Answered above.
+            ClientOption::StartTls => Next::Continue,
+        };
+        done(out, next)
+    }
+
+    fn start_tls(&mut self, mut out: BytesMut) -> Outcome {
+        let code = NBD_OPT_STARTTLS;
+        if self.tls == TlsMode::Off {
+            put_error(
+                &mut out,
+                code,
+                NBD_REP_ERR_POLICY,
+                "TLS is not offered here",
+            );
+            return done(out, Next::Continue);
+        }
+        if self.tls_active {
+            put_error(&mut out, code, NBD_REP_ERR_INVALID, "TLS is already on");
+            return done(out, Next::Continue);
+        }
+        self.tls_active = true;
+        // The protocol: no per-export state survives the upgrade (an attacker could
+        // have injected it in plaintext). Structured replies are global and may stay.
+        self.meta_for = None;
+        put_reply(&mut out, code, NBD_REP_ACK, &[]);
+        done(out, Next::StartTls)
+    }
+
+    /// The answer to anything but STARTTLS before TLS on a listener that requires it.
+    fn tls_required_reply(&mut self, mut out: BytesMut, opt: &ClientOption) -> Outcome {
+        let next = match opt {
+            // It cannot carry an error reply: the protocol says to close.
+            ClientOption::ExportName(_)
+            | ClientOption::Invalid {
+                code: NBD_OPT_EXPORT_NAME,
+                ..
+            } => Next::Reject("NBD_OPT_EXPORT_NAME before STARTTLS: TLS is required".into()),
+            ClientOption::Abort => {
+                put_reply(&mut out, NBD_OPT_ABORT, NBD_REP_ACK, &[]);
+                Next::Abort
+            }
+            ClientOption::Invalid {
+                code: NBD_OPT_STARTTLS,
+                reason,
+            } => {
+                put_error(&mut out, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, reason);
+                Next::Continue
+            }
+            _ => {
+                put_error(
+                    &mut out,
+                    opt.code(),
+                    NBD_REP_ERR_TLS_REQD,
+                    "TLS is required: use NBD_OPT_STARTTLS",
+                );
                 Next::Continue
             }
         };

@@ -226,15 +226,14 @@ fn test_abort_acks_and_closes() {
 }
 
 #[test]
-fn test_unknown_and_starttls_are_unsupported() {
+fn test_unknown_option_is_unsupported() {
     let mut n = structured();
-    for opt in [ClientOption::Unsupported(42), ClientOption::StartTls] {
-        let o = n.handle(&opt, Found::Nothing);
-        let r = replies(&o.replies);
-        assert_eq!(r.len(), 1);
-        assert_eq!((r[0].0, r[0].1), (opt.code(), NBD_REP_ERR_UNSUP));
-        assert_eq!(o.next, Next::Continue);
-    }
+    let opt = ClientOption::Unsupported(42);
+    let o = n.handle(&opt, Found::Nothing);
+    let r = replies(&o.replies);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].0, r[0].1), (42, NBD_REP_ERR_UNSUP));
+    assert_eq!(o.next, Next::Continue);
 }
 
 #[test]
@@ -372,5 +371,126 @@ proptest::proptest! {
                 break;
             }
         }
+    }
+}
+
+fn tls(mode: TlsMode) -> Negotiation {
+    Negotiation::with_tls(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES, mode).unwrap()
+}
+
+/// The single reply type to `opt`, and what comes next.
+fn answer(n: &mut Negotiation, opt: &ClientOption, found: Found) -> (u32, Next) {
+    let o = n.handle(opt, found);
+    let r = replies(&o.replies);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].0, opt.code());
+    (r[0].1, o.next)
+}
+
+#[test]
+fn test_starttls_without_tls_is_refused_by_policy() {
+    let mut n = tls(TlsMode::Off);
+    let (ty, next) = answer(&mut n, &ClientOption::StartTls, Found::Nothing);
+    assert_eq!((ty, next), (NBD_REP_ERR_POLICY, Next::Continue));
+    // Negotiation goes on in plaintext.
+    let o = n.handle(&go("disk", &[]), facts(1 << 20, false));
+    assert!(matches!(o.next, Next::Transmit(_)));
+}
+
+#[test]
+fn test_tls_required_refuses_every_option_before_starttls() {
+    let mut n = tls(TlsMode::Require);
+    let refused = [
+        ClientOption::List,
+        ClientOption::StructuredReply,
+        go("disk", &[]),
+        ClientOption::Info(InfoRequest {
+            name: "disk".into(),
+            items: vec![],
+        }),
+        ClientOption::SetMetaContext(meta("disk", &[BASE_ALLOCATION])),
+        ClientOption::ListMetaContext(meta("disk", &[])),
+        ClientOption::Unsupported(42),
+        ClientOption::parse(NBD_OPT_LIST, &[1]),
+    ];
+    for opt in refused {
+        // Nothing is looked up for it: not even whether the export exists.
+        assert_eq!(n.lookup(&opt), Lookup::Nothing, "{opt:?}");
+        let (ty, next) = answer(&mut n, &opt, Found::Nothing);
+        assert_eq!(
+            (ty, next),
+            (NBD_REP_ERR_TLS_REQD, Next::Continue),
+            "{opt:?}"
+        );
+    }
+    // EXPORT_NAME cannot carry an error: the connection is closed.
+    for opt in [
+        ClientOption::ExportName("disk".into()),
+        ClientOption::parse(NBD_OPT_EXPORT_NAME, &[0xff]),
+    ] {
+        let o = tls(TlsMode::Require).handle(&opt, facts(1 << 20, false));
+        assert!(o.replies.is_empty());
+        assert!(matches!(o.next, Next::Reject(_)), "{:?}", o.next);
+    }
+    // ABORT is still honoured.
+    let (ty, next) = answer(&mut n, &ClientOption::Abort, Found::Nothing);
+    assert_eq!((ty, next), (NBD_REP_ACK, Next::Abort));
+}
+
+#[test]
+fn test_starttls_then_negotiation_goes_on_and_a_second_is_invalid() {
+    let mut n = tls(TlsMode::Require);
+    let (ty, next) = answer(&mut n, &ClientOption::StartTls, Found::Nothing);
+    assert_eq!((ty, next), (NBD_REP_ACK, Next::StartTls));
+    let (ty, next) = answer(&mut n, &ClientOption::StartTls, Found::Nothing);
+    assert_eq!((ty, next), (NBD_REP_ERR_INVALID, Next::Continue));
+    let opt = go("disk", &[]);
+    assert!(matches!(n.lookup(&opt), Lookup::Export { .. }));
+    let o = n.handle(&opt, facts(1 << 20, false));
+    assert!(matches!(o.next, Next::Transmit(ref t) if t.size == 1 << 20));
+}
+
+#[test]
+fn test_starttls_with_data_is_invalid() {
+    for mode in [TlsMode::Off, TlsMode::Allow, TlsMode::Require] {
+        let mut n = tls(mode);
+        let opt = ClientOption::parse(NBD_OPT_STARTTLS, &[0]);
+        let (ty, next) = answer(&mut n, &opt, Found::Nothing);
+        assert_eq!(
+            (ty, next),
+            (NBD_REP_ERR_INVALID, Next::Continue),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn test_tls_allowed_serves_plaintext_and_tls_clients() {
+    let mut plain = tls(TlsMode::Allow);
+    assert_eq!(
+        answer(&mut plain, &ClientOption::List, Found::List(Ok(vec![]))).0,
+        NBD_REP_ACK
+    );
+    let o = plain.handle(&go("disk", &[]), facts(4096, false));
+    assert!(matches!(o.next, Next::Transmit(_)));
+    let mut upgraded = tls(TlsMode::Allow);
+    let (ty, next) = answer(&mut upgraded, &ClientOption::StartTls, Found::Nothing);
+    assert_eq!((ty, next), (NBD_REP_ACK, Next::StartTls));
+}
+
+#[test]
+fn test_starttls_forgets_the_meta_context_chosen_before() {
+    let mut n = tls(TlsMode::Allow);
+    n.handle(&ClientOption::StructuredReply, Found::Nothing);
+    n.handle(
+        &ClientOption::SetMetaContext(meta("disk", &[BASE_ALLOCATION])),
+        Found::Nothing,
+    );
+    n.handle(&ClientOption::StartTls, Found::Nothing);
+    let o = n.handle(&go("disk", &[]), facts(4096, false));
+    match o.next {
+        // Structured replies are global and survive; the context does not.
+        Next::Transmit(t) => assert_eq!((t.structured, t.meta_context), (true, None)),
+        other => panic!("{other:?}"),
     }
 }

@@ -15,7 +15,8 @@
 //!
 //! Wire encoding and decoding (`proto`, `option`, `handshake`, `request`, `reply`)
 //! are pure functions over bytes, public so tests, fuzzers and tools can drive them;
-//! `session`, `transmit` and `server` are the tokio glue.
+//! `session`, `transmit` and `server` are the tokio glue. On TCP the server may offer
+//! or require TLS (`NBD_OPT_STARTTLS`, [`TlsMode`]); the unix socket never does.
 #![deny(missing_docs)]
 
 mod barrier;
@@ -34,6 +35,7 @@ mod wire;
 
 pub use errno::errno_for;
 pub use export::{Export, Exports, Extent};
+pub use handshake::TlsMode;
 pub use server::Server;
 
 use std::time::Duration;

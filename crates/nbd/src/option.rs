@@ -104,7 +104,8 @@ impl ClientOption {
             NBD_OPT_ABORT => ClientOption::Abort,
             NBD_OPT_LIST if data.is_empty() => ClientOption::List,
             NBD_OPT_LIST => invalid("NBD_OPT_LIST takes no data"),
-            NBD_OPT_STARTTLS => ClientOption::StartTls,
+            NBD_OPT_STARTTLS if data.is_empty() => ClientOption::StartTls,
+            NBD_OPT_STARTTLS => invalid("NBD_OPT_STARTTLS takes no data"),
             NBD_OPT_STRUCTURED_REPLY if data.is_empty() => ClientOption::StructuredReply,
             NBD_OPT_STRUCTURED_REPLY => invalid("NBD_OPT_STRUCTURED_REPLY takes no data"),
             NBD_OPT_INFO | NBD_OPT_GO => match parse_info(data) {

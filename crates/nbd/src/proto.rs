@@ -48,7 +48,7 @@ pub const NBD_OPT_EXPORT_NAME: u32 = 1;
 pub const NBD_OPT_ABORT: u32 = 2;
 /// Option: list exports.
 pub const NBD_OPT_LIST: u32 = 3;
-/// Option: upgrade to TLS (not supported here: we run in NOTLS mode).
+/// Option: upgrade to TLS (offered on TCP when the node has certificates).
 pub const NBD_OPT_STARTTLS: u32 = 5;
 /// Option: describe an export without entering transmission.
 pub const NBD_OPT_INFO: u32 = 6;

@@ -2,7 +2,8 @@
 //! task so that one failing client never disturbs another. Top of the data path: what
 //! arrives here goes to `session.rs`, then to the export (the volume layer).
 use crate::export::Exports;
-use crate::{session, Limits};
+use crate::session::ListenerTls;
+use crate::{session, Limits, TlsMode};
 use drove_metrics::Metrics;
 use std::io;
 use std::sync::Arc;
@@ -15,6 +16,8 @@ pub struct Server {
     exports: Arc<dyn Exports>,
     metrics: Arc<Metrics>,
     limits: Limits,
+    /// TLS on TCP connections; the unix socket never offers it.
+    tcp_tls: ListenerTls,
 }
 
 impl Server {
@@ -24,7 +27,22 @@ impl Server {
             exports,
             metrics,
             limits: Limits::default(),
+            tcp_tls: ListenerTls::off(),
         }
+    }
+
+    /// Offer TLS on TCP connections as `mode` says, with `config` (which decides
+    /// whether client certificates are required). The unix socket stays plaintext:
+    /// its file permissions are its protection.
+    pub fn with_tls(mut self, mode: TlsMode, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tcp_tls = match mode {
+            TlsMode::Off => ListenerTls::off(),
+            _ => ListenerTls {
+                mode,
+                acceptor: Some(tokio_rustls::TlsAcceptor::from(config)),
+            },
+        };
+        self
     }
 
     /// Replace the per-connection limits.
@@ -34,9 +52,25 @@ impl Server {
     }
 
     /// Serve one accepted connection from `client` (its address, for listing who has
-    /// an export open) to completion. Garbage from the peer ends the connection with
-    /// an `Err` (never a panic); the caller logs it.
+    /// an export open) to completion, without TLS (as on the unix socket). Garbage
+    /// from the peer ends the connection with an `Err` (never a panic); the caller
+    /// logs it.
     pub async fn serve_connection<S>(&self, stream: S, client: &str) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve_with(stream, client, &ListenerTls::off()).await
+    }
+
+    /// [`Server::serve_connection`] for a TCP connection: TLS as [`Server::with_tls`] set.
+    pub async fn serve_tcp_connection<S>(&self, stream: S, client: &str) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve_with(stream, client, &self.tcp_tls).await
+    }
+
+    async fn serve_with<S>(&self, stream: S, client: &str, tls: &ListenerTls) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -46,6 +80,7 @@ impl Server {
             self.exports.as_ref(),
             Arc::clone(&self.metrics),
             &self.limits,
+            tls,
         )
         .await
     }
@@ -64,7 +99,7 @@ impl Server {
                     }
                     let me = Arc::clone(&self);
                     tokio::spawn(async move {
-                        if let Err(e) = me.serve_connection(stream, &peer.to_string()).await {
+                        if let Err(e) = me.serve_tcp_connection(stream, &peer.to_string()).await {
                             tracing::info!(%peer, "nbd connection ended: {e}");
                         }
                     });

@@ -21,6 +21,26 @@ pub struct NodeEntry {
     pub data: String,
     /// Process id.
     pub pid: u32,
+    /// The node's TLS directory (`drove node run --tls-dir`), for a cluster started
+    /// with `drove up --tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_dir: Option<String>,
+}
+
+/// The certificates of a cluster started with `drove up --tls`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterTls {
+    /// DIR/tls: the CA and a client certificate, in the layout QEMU's
+    /// `tls-creds-x509,endpoint=client,dir=` and libnbd's `tls-certificates=` read.
+    pub dir: String,
+    /// The CA certificate.
+    pub ca_cert: String,
+    /// The CA key (it signs more certificates: `drove cert node|client --ca DIR`).
+    pub ca_key: String,
+    /// A client certificate of the CA (CN `drove-client`).
+    pub client_cert: String,
+    /// Its key.
+    pub client_key: String,
 }
 
 /// The whole file.
@@ -28,4 +48,7 @@ pub struct NodeEntry {
 pub struct ClusterFile {
     /// Nodes in start order.
     pub nodes: Vec<NodeEntry>,
+    /// The cluster's certificates, when NBD runs over TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClusterTls>,
 }

@@ -139,6 +139,8 @@ impl NodeUris for Node {
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
+    /// The certificates of a cluster started with `drove up --tls`.
+    pub tls: Option<drove_types::local_cluster::ClusterTls>,
     /// Nodes restarted by the test (not by `drove up`).
     extra: Vec<Child>,
 }
@@ -151,8 +153,17 @@ impl Cluster {
     /// Like [`Cluster::start`] in a directory the test prepared (node i's data is
     /// `dir/node<i+1>`, e.g. with a small filesystem mounted on its `store`).
     pub fn start_in(dir: tempfile::TempDir, nodes: usize, zones: usize) -> Cluster {
-        let o = run(Command::new(drove_bin()).args([
-            "up",
+        Self::start_with(dir, nodes, zones, &[])
+    }
+
+    /// [`Cluster::start_in`] with more `drove up` arguments (`--tls`).
+    pub fn start_with(
+        dir: tempfile::TempDir,
+        nodes: usize,
+        zones: usize,
+        extra: &[&str],
+    ) -> Cluster {
+        let o = run(Command::new(drove_bin()).arg("up").args(extra).args([
             "--nodes",
             &nodes.to_string(),
             "--zones",
@@ -167,6 +178,7 @@ impl Cluster {
         let mut c = Cluster {
             dir,
             nodes: Vec::new(),
+            tls: None,
             extra: Vec::new(),
         };
         c.reload();
@@ -177,6 +189,7 @@ impl Cluster {
         let bytes = std::fs::read(self.dir.path().join("cluster.json")).unwrap();
         let f: drove_types::local_cluster::ClusterFile = serde_json::from_slice(&bytes).unwrap();
         self.nodes = f.nodes;
+        self.tls = f.tls;
     }
 
     /// Run `drove ARGS --cluster <node i>`.

@@ -77,6 +77,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     /// `base:allocation` first.
     pub async fn go(mut s: S, export: &str, structured: bool, meta: bool) -> io::Result<Self> {
         greet(&mut s).await?;
+        Self::go_greeted(s, export, structured, meta).await
+    }
+
+    /// [`Client::go`] on a stream whose greeting was already exchanged (after STARTTLS).
+    pub async fn go_greeted(
+        mut s: S,
+        export: &str,
+        structured: bool,
+        meta: bool,
+    ) -> io::Result<Self> {
         if structured {
             s.write_all(&encode_option(NBD_OPT_STRUCTURED_REPLY, &[]))
                 .await?;

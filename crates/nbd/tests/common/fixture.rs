@@ -40,6 +40,14 @@ impl Fixture {
         (client, h)
     }
 
+    /// A connection served as a TCP one (TLS as the server was built with).
+    pub fn connect_tcp(&self) -> (DuplexStream, JoinHandle<io::Result<()>>) {
+        let (client, server_side) = tokio::io::duplex(1 << 20);
+        let server = Arc::clone(&self.server);
+        let h = tokio::spawn(async move { server.serve_tcp_connection(server_side, "test").await });
+        (client, h)
+    }
+
     pub async fn go(
         &self,
         structured: bool,

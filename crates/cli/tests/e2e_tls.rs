@@ -1,0 +1,360 @@
+//! NBD over TLS with real clients: a cluster from `drove up --tls` serves `nbds://`
+//! to nbdinfo (libnbd/GnuTLS) and to qemu-io/qemu-img with `tls-creds-x509`, refuses
+//! plaintext, certificate-less and foreign-CA clients on TCP, and keeps its unix
+//! socket plaintext. `drove cert` makes the files for a node started by hand, and a
+//! node with a bad TLS directory does not start. Only 127.0.0.1 is used.
+mod common;
+
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CLIENTS: &[&str] = &["nbdinfo", "qemu-io", "qemu-img"];
+
+fn tls_cluster() -> Cluster {
+    Cluster::start_with(tempfile::tempdir().unwrap(), 2, 2, &["--tls"])
+}
+
+/// `nbds://127.0.0.1:PORT/VDI` of node `n`, with libnbd's certificate directory.
+fn nbds(n: &Node, vdi: &str, certs: &Path) -> String {
+    format!(
+        "{}/{vdi}?tls-certificates={}",
+        n.nbd_tcp.replacen("nbd://", "nbds://", 1),
+        certs.display()
+    )
+}
+
+fn port(n: &Node) -> &str {
+    n.nbd_tcp.rsplit(':').next().unwrap()
+}
+
+/// `--image-opts` for QEMU's NBD driver over TCP with TLS credentials `tls0`.
+fn qemu_opts(n: &Node, vdi: &str) -> String {
+    format!(
+        "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port={},export={vdi},tls-creds=tls0",
+        port(n)
+    )
+}
+
+fn tls_object(dir: &Path) -> String {
+    format!(
+        "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+        dir.display()
+    )
+}
+
+fn nbdinfo(uri: &str) -> Output {
+    run(Command::new("nbdinfo").arg(uri))
+}
+
+fn client_dir(c: &Cluster) -> PathBuf {
+    PathBuf::from(&c.tls.as_ref().expect("cluster.json has no tls").dir)
+}
+
+#[test]
+fn test_tls_cluster_serves_nbds_to_qemu_and_nbdinfo() {
+    if !require(CLIENTS) {
+        return;
+    }
+    let c = tls_cluster();
+    c.create_vdi("disk", "64M", &[]);
+    let certs = client_dir(&c);
+    for f in [
+        "ca-cert.pem",
+        "ca-key.pem",
+        "client-cert.pem",
+        "client-key.pem",
+    ] {
+        let mode = std::fs::metadata(certs.join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+    for n in &c.nodes {
+        assert!(n.tls_dir.is_some(), "node {} has no tls_dir", n.id);
+    }
+
+    // nbdinfo over TLS with the client certificate.
+    let o = nbdinfo(&nbds(&c.nodes[0], "disk", &certs));
+    let t = text(&o);
+    assert!(o.status.success(), "nbdinfo nbds: {t}");
+    assert!(t.contains("with TLS"), "{t}");
+    assert!(t.contains("67108864"), "{t}");
+
+    // qemu-io writes through node 1, reads back through node 2, both over TLS.
+    let obj = tls_object(&certs);
+    let io = |n: &Node, cmd: &str| {
+        let o = run(Command::new("qemu-io")
+            .args(["--object", &obj, "--image-opts", "-c", cmd])
+            .arg(qemu_opts(n, "disk")));
+        let t = text(&o);
+        assert!(o.status.success(), "qemu-io {cmd}: {t}");
+        assert!(
+            !t.contains("Pattern verification failed") && !t.contains("failed"),
+            "qemu-io {cmd}: {t}"
+        );
+        t
+    };
+    io(&c.nodes[0], "write -P 0xa7 1M 256k");
+    let t = io(&c.nodes[1], "read -P 0xa7 1M 256k");
+    assert!(t.contains("read 262144/262144"), "{t}");
+
+    // qemu-img info over TLS sees the size.
+    let o = run(Command::new("qemu-img")
+        .args(["info", "--object", &obj, "--image-opts"])
+        .arg(qemu_opts(&c.nodes[0], "disk")));
+    let t = text(&o);
+    assert!(o.status.success(), "qemu-img info: {t}");
+    assert!(t.contains("67108864"), "{t}");
+
+    // The unix socket stays plaintext and serves the same data.
+    let t = qemu_io(
+        &c.nodes[1].uri("disk"),
+        &["read -P 0xa7 1M 256k".to_string()],
+    );
+    assert!(t.contains("read 262144/262144"), "{t}");
+    let o = nbdinfo(&c.nodes[0].uri("disk"));
+    assert!(o.status.success(), "nbdinfo unix: {}", text(&o));
+    assert!(text(&o).contains("without TLS"), "{}", text(&o));
+}
+
+#[test]
+fn test_tls_cluster_refuses_plaintext_and_unauthenticated_clients() {
+    if !require(CLIENTS) {
+        return;
+    }
+    let c = tls_cluster();
+    c.create_vdi("disk", "16M", &[]);
+    let certs = client_dir(&c);
+    let n = &c.nodes[0];
+    let work = tempfile::tempdir().unwrap();
+
+    // Plaintext on TCP: every option is answered "TLS required", so no export.
+    let o = nbdinfo(&n.tcp_uri("disk"));
+    assert!(
+        !o.status.success(),
+        "plaintext nbdinfo got in: {}",
+        text(&o)
+    );
+    let o = run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read 0 4k"])
+        .arg(n.tcp_uri("disk")));
+    assert!(
+        !o.status.success(),
+        "plaintext qemu-io got in: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("TLS"), "{}", text(&o));
+
+    // TLS that trusts the node but has no client certificate.
+    let nocert = work.path().join("nocert");
+    std::fs::create_dir(&nocert).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), nocert.join("ca-cert.pem")).unwrap();
+    let o = nbdinfo(&nbds(n, "disk", &nocert));
+    assert!(
+        !o.status.success(),
+        "no client certificate got in: {}",
+        text(&o)
+    );
+
+    // A client certificate of another CA (trusting our node, to get that far).
+    let other = work.path().join("other-ca");
+    let stranger = work.path().join("stranger");
+    let o = run(Command::new(drove_bin())
+        .args(["cert", "ca", "--out"])
+        .arg(&other));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(Command::new(drove_bin())
+        .args(["cert", "client", "--name", "mallory", "--ca"])
+        .arg(&other)
+        .arg("--out")
+        .arg(&stranger));
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::remove_file(stranger.join("ca-cert.pem")).unwrap();
+    std::fs::copy(certs.join("ca-cert.pem"), stranger.join("ca-cert.pem")).unwrap();
+    let o = nbdinfo(&nbds(n, "disk", &stranger));
+    assert!(
+        !o.status.success(),
+        "foreign client certificate got in: {}",
+        text(&o)
+    );
+    let obj = tls_object(&stranger);
+    let o = run(Command::new("qemu-img")
+        .args(["info", "--object", &obj, "--image-opts"])
+        .arg(qemu_opts(n, "disk")));
+    assert!(
+        !o.status.success(),
+        "foreign certificate, qemu-img: {}",
+        text(&o)
+    );
+
+    // The refusals are the node's: it logged them, and still serves good clients.
+    let log = std::fs::read_to_string(Path::new(&n.data).join("node.log")).unwrap();
+    assert!(log.contains("peer sent no certificates"), "{log}");
+    let o = nbdinfo(&nbds(n, "disk", &certs));
+    assert!(o.status.success(), "after refusals: {}", text(&o));
+    let o = nbdinfo(&n.uri("disk"));
+    assert!(o.status.success(), "unix socket: {}", text(&o));
+}
+
+/// Run `cmd` until it exits (at most 30 s: a node that starts is killed and fails).
+fn exits(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("{cmd:?} kept running: it should have refused to start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn cert(args: &[&str], dirs: &[(&str, &Path)]) -> serde_json::Value {
+    let mut cmd = Command::new(drove_bin());
+    cmd.arg("cert").args(args).arg("--json");
+    for (flag, d) in dirs {
+        cmd.arg(flag).arg(d);
+    }
+    let o = run(&mut cmd);
+    assert!(o.status.success(), "drove cert {args:?}: {}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn test_cert_commands_make_a_node_that_requires_tls() {
+    if !require(CLIENTS) {
+        return;
+    }
+    let w = tempfile::tempdir().unwrap();
+    let (ca, node, client) = (w.path().join("ca"), w.path().join("n1"), w.path().join("c"));
+    let v = cert(&["ca"], &[("--out", &ca)]);
+    assert_eq!(v["kind"], "ca");
+    // A second CA over the first is refused; the key stays.
+    let key = std::fs::read(ca.join("ca-key.pem")).unwrap();
+    let o = run(Command::new(drove_bin())
+        .args(["cert", "ca", "--out"])
+        .arg(&ca));
+    assert!(
+        !o.status.success() && text(&o).contains("already exists"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(ca.join("ca-key.pem")).unwrap(), key);
+    let v = cert(
+        &["node", "--name", "n1", "--host", "127.0.0.1", "localhost"],
+        &[("--ca", &ca), ("--out", &node)],
+    );
+    assert_eq!(v["hosts"], serde_json::json!(["127.0.0.1", "localhost"]));
+    let v = cert(
+        &["client", "--name", "vm-1"],
+        &[("--ca", &ca), ("--out", &client)],
+    );
+    assert_eq!(v["files"].as_array().unwrap().len(), 3);
+    for f in v["files"].as_array().unwrap() {
+        let mode = std::fs::metadata(f.as_str().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+
+    // Bad TLS directories stop the node at start-up, naming the file.
+    let data = w.path().join("data");
+    let node_run = |extra: &[&str], tls: Option<&Path>| {
+        let mut cmd = Command::new(drove_bin());
+        cmd.args(["node", "run", "--data"]).arg(&data);
+        cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
+        if let Some(t) = tls {
+            cmd.arg("--tls-dir").arg(t);
+        }
+        exits(&mut cmd)
+    };
+    let o = node_run(&[], Some(&w.path().join("missing")));
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("Bad TLS directory") && text(&o).contains("ca-cert.pem"),
+        "{}",
+        text(&o)
+    );
+    std::fs::set_permissions(
+        node.join("server-key.pem"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let o = node_run(&[], Some(&node));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("chmod 600"), "{}", text(&o));
+    std::fs::set_permissions(
+        node.join("server-key.pem"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let o = node_run(&["--nbd-tls", "require"], None);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("needs --tls-dir"), "{}", text(&o));
+
+    // A node started by hand with those files: TLS required by default.
+    let (admin, nbd) = (free_port(), free_port());
+    let log = std::fs::File::create(w.path().join("node.log")).unwrap();
+    let mut child = Command::new(drove_bin())
+        .args(["node", "run", "--data"])
+        .arg(&data)
+        .args(["--listen", &format!("127.0.0.1:{admin}")])
+        .args(["--peer-listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--nbd-listen", &format!("127.0.0.1:{nbd}")])
+        .arg("--tls-dir")
+        .arg(&node)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let cluster = format!("127.0.0.1:{admin}");
+    wait_until(
+        Duration::from_secs(60),
+        "hand-started node to serve",
+        || {
+            Command::new(drove_bin())
+                .args(["vdi", "create", "disk", "8M", "--copies", "1"])
+                .args(["--cluster", &cluster])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
+    );
+    let uri = format!(
+        "nbds://127.0.0.1:{nbd}/disk?tls-certificates={}",
+        client.display()
+    );
+    let o = nbdinfo(&uri);
+    let plain = nbdinfo(&format!("nbd://127.0.0.1:{nbd}/disk"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(w.path().join("node.log")).unwrap_or_default();
+    assert!(
+        o.status.success(),
+        "nbdinfo with a `drove cert client` directory: {}\n{log}",
+        text(&o)
+    );
+    assert!(text(&o).contains("with TLS"), "{}", text(&o));
+    assert!(
+        !plain.status.success(),
+        "plaintext got in: {}",
+        text(&plain)
+    );
+}
