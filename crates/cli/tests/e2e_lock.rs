@@ -26,6 +26,34 @@ fn session(uri: &str) -> (std::process::Child, std::process::ChildStdin) {
     (child, stdin)
 }
 
+/// Client A: a qemu-io session on node 1 of `c` that stays attached, fed through
+/// stdin, after it wrote 0x11 at `at` (64 KiB) and that write is readable on node 2.
+fn attached_writer(c: &Cluster, at: &str) -> (std::process::Child, std::process::ChildStdin) {
+    let (a, mut a_in) = session(&c.nodes[0].uri("vm"));
+    writeln!(a_in, "write -P 0x11 {at} 64k").unwrap();
+    writeln!(a_in, "flush").unwrap();
+    a_in.flush().unwrap();
+    let uri2 = c.nodes[1].uri("vm");
+    wait_until(Duration::from_secs(10), "client A's write to land", || {
+        !try_qemu_io(&uri2, &format!("read -P 0x11 {at} 64k"))
+            .contains("Pattern verification failed")
+    });
+    (a, a_in)
+}
+
+/// Send client A one more command, end it, and return all it printed.
+fn last_words(a: std::process::Child, mut a_in: std::process::ChildStdin, cmd: &str) -> String {
+    writeln!(a_in, "{cmd}").unwrap();
+    writeln!(a_in, "quit").unwrap();
+    drop(a_in);
+    let out = a.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 #[test]
 fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     if !require(&["qemu-io"]) {
@@ -36,14 +64,7 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     let uri1 = c.nodes[0].uri("vm");
     let uri2 = c.nodes[1].uri("vm");
 
-    // Client A: a qemu-io session on node 1 that stays attached, fed through stdin.
-    let (a, mut a_in) = session(&uri1);
-    writeln!(a_in, "write -P 0x11 0 64k").unwrap();
-    writeln!(a_in, "flush").unwrap();
-    a_in.flush().unwrap();
-    wait_until(Duration::from_secs(10), "client A's write to land", || {
-        !try_qemu_io(&uri2, "read -P 0x11 0 64k").contains("Pattern verification failed")
-    });
+    let (a, a_in) = attached_writer(&c, "0");
     let o = c.drove(1, &["vdi", "info", "vm", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[0].id), "{v}");
@@ -79,15 +100,7 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
     });
 
     // Client A, still attached to node 1, can no longer write; B's data stands.
-    writeln!(a_in, "write -P 0x33 0 64k").unwrap();
-    writeln!(a_in, "quit").unwrap();
-    drop(a_in);
-    let out = a.wait_with_output().unwrap();
-    let t = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let t = last_words(a, a_in, "write -P 0x33 0 64k");
     assert!(
         t.contains("Operation not permitted"),
         "old writer must be refused: {t}"
@@ -110,19 +123,12 @@ fn test_lock_break_fences_the_holder_and_frees_the_lock_at_once() {
     }
     let c = Cluster::start(2, 2);
     c.create_vdi("vm", "64M", &["--copies", "2"]);
-    let uri1 = c.nodes[0].uri("vm");
     let uri2 = c.nodes[1].uri("vm");
-    let (a, mut a_in) = session(&uri1);
-    writeln!(a_in, "write -P 0x11 1M 64k").unwrap();
-    writeln!(a_in, "flush").unwrap();
-    a_in.flush().unwrap();
+    let (a, a_in) = attached_writer(&c, "1M");
     wait_until(Duration::from_secs(10), "client A to hold the lock", || {
         let o = c.drove(1, &["vdi", "info", "vm", "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         v["lock"]["owner"].as_u64() == Some(c.nodes[0].id)
-    });
-    wait_until(Duration::from_secs(10), "client A's write to land", || {
-        !try_qemu_io(&uri2, "read -P 0x11 1M 64k").contains("Pattern verification failed")
     });
     let t = try_qemu_io(&uri2, "write -P 0x22 0 64k");
     assert!(
@@ -146,15 +152,7 @@ fn test_lock_break_fences_the_holder_and_frees_the_lock_at_once() {
     assert!(v["lock_generation"].as_u64().unwrap() >= g + 2, "{v}");
 
     // A's next write is refused; B's data and A's earlier data stand.
-    writeln!(a_in, "write -P 0x33 0 64k").unwrap();
-    writeln!(a_in, "quit").unwrap();
-    drop(a_in);
-    let out = a.wait_with_output().unwrap();
-    let t = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let t = last_words(a, a_in, "write -P 0x33 0 64k");
     assert!(t.contains("Operation not permitted"), "old writer: {t}");
     qemu_io(
         &uri2,
