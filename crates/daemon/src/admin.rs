@@ -138,7 +138,7 @@ async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        a.metrics.encode(),
+        crate::ops_metrics::encode(&a, a.metrics.encode()),
     )
 }
 

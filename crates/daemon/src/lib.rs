@@ -19,6 +19,7 @@ pub mod http_listen;
 mod lineage;
 mod locks;
 mod node;
+mod ops_metrics;
 mod settle;
 pub mod wan;
 mod watch;
