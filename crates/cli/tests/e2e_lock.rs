@@ -13,6 +13,13 @@ fn try_qemu_io(uri: &str, cmd: &str) -> String {
     ))
 }
 
+/// Whether 64 KiB at `at` of `uri` read back as `pattern` (a read that failed, or
+/// could not even open the export, is no).
+fn reads_back(uri: &str, pattern: &str, at: &str) -> bool {
+    let t = try_qemu_io(uri, &format!("read -P {pattern} {at} 64k"));
+    t.contains("read 65536/65536") && !t.contains("Pattern verification failed")
+}
+
 /// A qemu-io session that stays attached to `uri`, fed commands through stdin.
 fn session(uri: &str) -> (std::process::Child, std::process::ChildStdin) {
     let mut child = Command::new("qemu-io")
@@ -35,8 +42,7 @@ fn attached_writer(c: &Cluster, at: &str) -> (std::process::Child, std::process:
     a_in.flush().unwrap();
     let uri2 = c.nodes[1].uri("vm");
     wait_until(Duration::from_secs(10), "client A's write to land", || {
-        !try_qemu_io(&uri2, &format!("read -P 0x11 {at} 64k"))
-            .contains("Pattern verification failed")
+        reads_back(&uri2, "0x11", at)
     });
     (a, a_in)
 }
@@ -96,7 +102,7 @@ fn test_second_writer_is_refused_until_handover_then_old_writer_is_refused() {
             && v["lock"]["generation"].as_u64().unwrap_or(0) > generation
     });
     wait_until(Duration::from_secs(10), "client B's write to land", || {
-        !try_qemu_io(&uri1, "read -P 0x22 0 64k").contains("Pattern verification failed")
+        reads_back(&uri1, "0x22", "0")
     });
 
     // Client A, still attached to node 1, can no longer write; B's data stands.
