@@ -353,20 +353,6 @@ fn test_sigkill_gateway_mid_writes_then_attach_elsewhere_keeps_flushed_data() {
     qemu_io(&c.nodes[2].uri("gw"), &["read -P 0x78 0 1M".into()]);
 }
 
-/// A free port below the ephemeral range, so no outgoing connection takes it
-/// before the node binds it.
-fn free_port() -> u16 {
-    use std::hash::BuildHasher;
-    (0u32..1000)
-        .map(|i| {
-            let r =
-                std::collections::hash_map::RandomState::new().hash_one((i, std::process::id()));
-            20000 + (r % 12000) as u16
-        })
-        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        .expect("a free port")
-}
-
 /// Bytes allocated under a directory (sparse files count what they use).
 fn used_bytes(dir: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;

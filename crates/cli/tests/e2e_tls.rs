@@ -218,14 +218,6 @@ fn exits(cmd: &mut Command) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn cert(args: &[&str], dirs: &[(&str, &Path)]) -> serde_json::Value {
     let mut cmd = Command::new(drove_bin());
     cmd.arg("cert").args(args).arg("--json");

@@ -115,6 +115,20 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// A free port below the ephemeral range, so no outgoing connection takes it
+/// before the node binds it.
+pub fn free_port() -> u16 {
+    use std::hash::BuildHasher;
+    (0u32..1000)
+        .map(|i| {
+            let r =
+                std::collections::hash_map::RandomState::new().hash_one((i, std::process::id()));
+            20000 + (r % 12000) as u16
+        })
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port")
+}
+
 /// One node as cluster.json describes it.
 pub use drove_types::local_cluster::NodeEntry as Node;
 
