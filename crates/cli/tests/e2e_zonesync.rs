@@ -492,13 +492,23 @@ fn test_losing_the_home_zone_loses_nothing_under_sync_and_at_most_the_stated_lag
     );
     assert!((zs_missing as u64) * 4096 <= max_bytes);
 
-    // Writable from the far zone once the dead writer's lease has ended.
+    // Writable from the far zone once the dead writer's lease has ended: until then a
+    // write waits a few seconds for the lock and fails (EIO), and the client retries.
     for name in ["sy", "zs"] {
-        let mut out = String::new();
-        wait_until(Duration::from_secs(60), "a write from the far zone", || {
-            out = qemu_io(&uri(c, f, name), &["write -P 0x42 32M 64k".into()]);
-            out.contains("wrote 65536/65536")
-        });
+        wait_until(
+            Duration::from_secs(60),
+            "a write from the far zone",
+            || match try_qemu_io(&uri(c, f, name), &["write -P 0x42 32M 64k".into()]) {
+                Ok(out) => out.contains("wrote 65536/65536"),
+                Err(e) => {
+                    eprintln!(
+                        "{name}: not yet writable from {far}: {}",
+                        e.lines().last().unwrap_or("")
+                    );
+                    false
+                }
+            },
+        );
         let back = qemu_io(&uri(c, f, name), &["read -P 0x42 32M 64k".into()]);
         assert!(back.contains("read 65536/65536"), "{back}");
     }

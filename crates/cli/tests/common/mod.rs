@@ -361,6 +361,12 @@ pub fn read_image(uri: &str, dir: &Path, len: usize) -> Vec<u8> {
 
 /// Run qemu-io with `cmds` on `uri`; panics on a failed command or a pattern mismatch.
 pub fn qemu_io(uri: &str, cmds: &[String]) -> String {
+    try_qemu_io(uri, cmds).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Run qemu-io with `cmds` on `uri`: its output, or why it failed (a failed command or
+/// a pattern mismatch), for a caller that retries.
+pub fn try_qemu_io(uri: &str, cmds: &[String]) -> Result<String, String> {
     let mut c = Command::new("qemu-io");
     c.args(["-f", "raw"]);
     for cmd in cmds {
@@ -369,10 +375,11 @@ pub fn qemu_io(uri: &str, cmds: &[String]) -> String {
     c.arg(uri);
     let o = run(&mut c);
     let t = text(&o);
-    assert!(o.status.success(), "qemu-io failed on {uri}: {t}");
-    assert!(
-        !t.contains("Pattern verification failed") && !t.contains("error") && !t.contains("failed"),
-        "qemu-io on {uri}: {t}"
-    );
-    t
+    if !o.status.success() {
+        return Err(format!("qemu-io failed on {uri}: {t}"));
+    }
+    if t.contains("Pattern verification failed") || t.contains("error") || t.contains("failed") {
+        return Err(format!("qemu-io on {uri}: {t}"));
+    }
+    Ok(t)
 }
