@@ -93,6 +93,12 @@ pub struct RunArgs {
     /// protected by its file permissions.
     #[arg(long, value_enum, value_name = "MODE")]
     pub nbd_tls: Option<NbdTls>,
+    /// Keep the peer port (objects, Raft, internal metadata calls) in plaintext even
+    /// with --tls-dir. By default a node with --tls-dir speaks mutual TLS there and
+    /// lets in only nodes with a certificate of the same CA; every node of a cluster
+    /// must agree.
+    #[arg(long)]
+    pub no_peer_tls: bool,
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
 }
@@ -214,6 +220,7 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
         nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
+        peer_tls: !a.no_peer_tls,
         tls_dir: a.tls_dir,
     };
     drove_daemon::run(cfg, shutdown_signal())

@@ -169,3 +169,70 @@ fn test_garbage_on_every_port_node_keeps_serving() {
     let o = c.drove(1, &["cluster", "status", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// The status line of one plain HTTP/1.1 request to `addr` (`""` when nothing
+/// answered), and the body.
+fn http(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> (String, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (String::new(), String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Type: \
+         application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(req.as_bytes());
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.lines().next().unwrap_or("").to_string();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+/// The metadata's internal routes (Raft, forwarded writes, joins, heartbeats) are
+/// served on the peer port only: the public admin API answers 404 to every one of
+/// them (before, a forged `/raft/vote` or `/meta/write` there was applied), and its
+/// hello says where they are. On the peer port a call that does not name the cluster
+/// is refused. The cluster works throughout, and a node still joins by the admin
+/// address of a member.
+#[test]
+fn test_the_admin_api_serves_no_internal_route() {
+    let c = Cluster::start(3, 1);
+    let internal = [
+        "/raft/append",
+        "/raft/vote",
+        "/raft/snapshot",
+        "/meta/write",
+        "/meta/read-index",
+        "/meta/join",
+        "/meta/remove",
+        "/meta/heartbeat",
+    ];
+    for n in &c.nodes {
+        for path in internal {
+            let (status, body) = http(&n.admin, "POST", path, "", "{}");
+            assert!(
+                status.contains(" 404 "),
+                "{path} on the admin API {}: {status} {body}",
+                n.admin
+            );
+            // On the peer port the route exists, and refuses a caller that does not
+            // name this cluster.
+            let (status, body) = http(&n.peer, "POST", path, "", "{}");
+            assert!(
+                status.contains(" 403 ") && body.contains("Refused"),
+                "{path} on the peer port {}: {status} {body}",
+                n.peer
+            );
+        }
+        let (status, body) = http(&n.admin, "GET", "/meta/hello", "", "");
+        assert!(status.contains(" 200 "), "{status} {body}");
+        let hello: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(hello["internal"], n.peer.as_str(), "{hello}");
+    }
+    // The cluster elected, joined and serves through the peer ports.
+    c.create_vdi("i", "4M", &[]);
+    let st = c.status();
+    assert_eq!(st["map"]["nodes"].as_object().unwrap().len(), 3, "{st}");
+}

@@ -350,3 +350,95 @@ fn test_cert_commands_make_a_node_that_requires_tls() {
         text(&plain)
     );
 }
+
+/// curl with a 10 s limit: its output, stderr included, and whether it succeeded.
+fn curl(args: &[&str]) -> (bool, String) {
+    let o = run(Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args));
+    (o.status.success(), text(&o))
+}
+
+/// In a `drove up --tls` cluster the peer port (objects, Raft, internal metadata
+/// calls) speaks mutual TLS: replication and elections go through it, another
+/// node's certificate gets in, and nothing else does: no certificate, the cluster's
+/// own client certificate (a hypervisor's, not a node's), plaintext. A node with a
+/// certificate of another CA cannot join.
+#[test]
+fn test_the_peer_port_lets_in_only_the_clusters_nodes() {
+    if !require(&["curl", "qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start_with(tempfile::tempdir().unwrap(), 3, 3, &["--tls"]);
+    // Three copies on three nodes: every write crosses two peer ports.
+    c.create_vdi("p", "8M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("p"),
+        &["write -P 0x5a 0 1M".into(), "flush".into()],
+    );
+    qemu_io(&c.nodes[2].uri("p"), &["read -P 0x5a 0 1M".into()]);
+
+    let target = &c.nodes[0];
+    let hello = format!("https://{}/meta/hello", target.peer);
+    let peer_tls = PathBuf::from(c.nodes[1].tls_dir.as_ref().unwrap());
+    let ca = peer_tls.join("ca-cert.pem");
+    let ca = ca.to_str().unwrap();
+    let file = |d: &Path, f: &str| d.join(f).to_str().unwrap().to_string();
+    let (ok, out) = curl(&[
+        "--cacert",
+        ca,
+        "--cert",
+        &file(&peer_tls, "server-cert.pem"),
+        "--key",
+        &file(&peer_tls, "server-key.pem"),
+        &hello,
+    ]);
+    assert!(
+        ok && out.contains("\"cluster\""),
+        "a node's certificate: {out}"
+    );
+    let client = client_dir(&c);
+    let (ok, out) = curl(&[
+        "--cacert",
+        ca,
+        "--cert",
+        &file(&client, "client-cert.pem"),
+        "--key",
+        &file(&client, "client-key.pem"),
+        &hello,
+    ]);
+    assert!(!ok, "a client certificate got onto the peer port: {out}");
+    let (ok, out) = curl(&["--cacert", ca, &hello]);
+    assert!(!ok, "no certificate got onto the peer port: {out}");
+    let (ok, out) = curl(&[&format!("http://{}/meta/hello", target.peer)]);
+    assert!(!ok, "plaintext got an answer on the peer port: {out}");
+
+    // A node of another CA, joining through the admin API: the cluster's peer
+    // ports refuse its certificate, and it gives up.
+    let w = tempfile::tempdir().unwrap();
+    let (other_ca, other) = (w.path().join("ca"), w.path().join("node"));
+    cert(&["ca"], &[("--out", &other_ca)]);
+    cert(
+        &["node", "--name", "intruder", "--host", "127.0.0.1"],
+        &[("--ca", &other_ca), ("--out", &other)],
+    );
+    let o = exits(
+        Command::new(drove_bin())
+            .args(["node", "run", "--data"])
+            .arg(w.path().join("data"))
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--peer-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--nbd-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--join", &target.admin, "--join-timeout", "5"])
+            .arg("--tls-dir")
+            .arg(&other),
+    );
+    assert!(!o.status.success(), "the intruder joined: {}", text(&o));
+    assert!(text(&o).contains("node id"), "{}", text(&o));
+    assert_eq!(c.status()["map"]["nodes"].as_object().unwrap().len(), 3);
+    let log = std::fs::read_to_string(Path::new(&target.data).join("node.log")).unwrap();
+    assert!(log.contains("TLS handshake failed"), "{log}");
+    // The cluster still works, through its peer ports, after a restart of a node.
+    c.restart(1);
+    qemu_io(&c.nodes[1].uri("p"), &["read -P 0x5a 0 1M".into()]);
+}

@@ -35,6 +35,11 @@ pub struct NodeConfig {
     /// TLS on the NBD TCP port (needs `tls_dir` unless off). The unix socket is
     /// always plaintext.
     pub nbd_tls: drove_nbd::TlsMode,
+    /// Mutual TLS on the peer port (objects, Raft, internal metadata calls), both
+    /// ways, with `tls_dir`'s node certificate; only nodes of the same CA get in.
+    /// Without `tls_dir` the peer port is plaintext. Every node of a cluster must
+    /// agree.
+    pub peer_tls: bool,
 }
 
 impl NodeConfig {

@@ -1,5 +1,6 @@
-//! Serving the admin HTTP API (CLI calls, `/metrics`, and the metadata's Raft and
-//! internal routes) so that it survives abuse.
+//! Serving HTTP so that it survives abuse: the admin API (CLI calls, `/metrics`) on
+//! its listener, and the metadata's Raft and internal routes on the connections of
+//! the peer port that speak HTTP.
 //!
 //! `axum::serve` accepts any number of connections, keeps idle ones for ever and
 //! lets a request body grow to its route's limit as slowly as the sender likes:
@@ -30,9 +31,11 @@ use bytes::{Bytes, BytesMut};
 use drove_proto::Budget;
 use drove_replica::accept::Acceptor;
 use drove_replica::stall::WriteDeadline;
+use drove_replica::{HttpHandoff, PeerIo};
 use futures::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -95,27 +98,66 @@ impl AdminServer {
     /// Serve `router` on `listener` for ever. The connections belong to this
     /// future: dropping it closes them.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, router: Router) {
-        let app = router.layer(middleware::from_fn_with_state(self.clone(), receive_body));
+        let app = self.app(router);
         let mut acceptor = Acceptor::new(listener, self.limits.max_conns, "admin");
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
                 (stream, peer, slot) = acceptor.accept() => {
-                    let io = TokioIo::new(WriteDeadline::new(stream, self.limits.idle));
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(self.limits.idle)
-                        .serve_connection(io, TowerToHyperService::new(app.clone()));
+                    let conn = self.serve_conn(app.clone(), stream, peer);
                     conns.spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!(%peer, "admin connection closed: {e}");
-                        }
+                        conn.await;
                         drop(slot);
                     });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
         }
+    }
+
+    /// Serve `router` on the connections another listener hands over (the
+    /// metadata's internal routes on the peer port), held to the same limits and
+    /// body budget; the connection cap is that listener's.
+    pub fn handoff(self: Arc<Self>, router: Router) -> Arc<dyn HttpHandoff> {
+        let app = self.app(router);
+        Arc::new(Handoff { server: self, app })
+    }
+
+    fn app(self: &Arc<Self>, router: Router) -> Router {
+        router.layer(middleware::from_fn_with_state(self.clone(), receive_body))
+    }
+
+    fn serve_conn<S: PeerIo + 'static>(
+        &self,
+        app: Router,
+        stream: S,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let io = TokioIo::new(WriteDeadline::new(stream, self.limits.idle));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.idle)
+            .serve_connection(io, TowerToHyperService::new(app));
+        async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "HTTP connection closed: {e}");
+            }
+        }
+    }
+}
+
+struct Handoff {
+    server: Arc<AdminServer>,
+    app: Router,
+}
+
+impl HttpHandoff for Handoff {
+    fn serve(
+        &self,
+        stream: Box<dyn PeerIo>,
+        peer: SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.server.serve_conn(self.app.clone(), stream, peer))
     }
 }
 

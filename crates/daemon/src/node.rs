@@ -41,6 +41,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = nbd_tls_config(&cfg)?;
+    let peer_tls = peer_tls_config(&cfg)?;
     let admin_l = bind(cfg.listen, "the admin API").await?;
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
@@ -63,11 +64,13 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     let meta = Meta::open(MetaConfig {
         data_dir: cfg.data.clone(),
-        admin_addr: info.admin_addr.clone(),
+        // The internal routes (Raft, forwarded writes, joins) are on the peer port.
+        addr: info.peer_addr.clone(),
         join: cfg.join.clone(),
         node: info.clone(),
         max_voters: cfg.max_voters,
         join_timeout: cfg.join_timeout,
+        tls: peer_tls.as_ref().map(|t| t.http.clone()),
     })
     .await?;
     let me = meta.node_id();
@@ -87,6 +90,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         metrics.clone(),
         cfg.data.join("peer-routes.json"),
     );
+    if let Some(t) = &peer_tls {
+        pool.set_tls(t.frames.clone());
+    }
     let catchup = CatchUp::open(Some(cfg.data.join("recovery.json")));
     let routes_task = tokio::spawn(pool.clone().watch_routes());
     let local = LocalStore::with_catchup(store.clone(), catchup);
@@ -104,7 +110,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease, settler);
     let exports = VdiExports::new(meta.clone(), gateway, locks);
 
-    let admin_router = meta.router().merge(admin::router(Admin {
+    let admin_router = meta.public_router().merge(admin::router(Admin {
         meta: meta.clone(),
         metrics: metrics.clone(),
         nbd_tcp: info.nbd_addr.clone(),
@@ -117,6 +123,10 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let admin_server = AdminServer::new(AdminLimits::default());
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
     let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
+    peer_server.set_http(AdminServer::new(AdminLimits::default()).handoff(meta.router()));
+    if let Some(t) = &peer_tls {
+        peer_server.set_tls(t.server.clone());
+    }
     let peer_task = tokio::spawn(peer_server.serve(peer_l));
 
     tracing::info!(node = %me, "waiting to become a member of the cluster");
@@ -181,6 +191,48 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     outcome
 }
 
+/// The peer port's mutual TLS, its three sides.
+struct PeerTls {
+    /// Accepting (frames and HTTP, told apart by ALPN).
+    server: Arc<rustls::ServerConfig>,
+    /// Dialling for frames (the peer pool).
+    frames: Arc<rustls::ClientConfig>,
+    /// Dialling for HTTP (the metadata's internal calls).
+    http: Arc<rustls::ClientConfig>,
+}
+
+/// The peer port's TLS: `None` without certificates or when turned off.
+fn peer_tls_config(cfg: &NodeConfig) -> Result<Option<PeerTls>> {
+    let Some(dir) = cfg.tls_dir.as_deref().filter(|_| cfg.peer_tls) else {
+        return Ok(None);
+    };
+    let bad = |e: drove_tls::Error| {
+        Error::invalid(format!(
+            "Bad TLS directory {}: {}",
+            dir.display(),
+            chain(&e)
+        ))
+    };
+    use drove_tls::{ALPN_HTTP, ALPN_PEER};
+    Ok(Some(PeerTls {
+        server: drove_tls::peer_server_config(dir, &[ALPN_PEER, ALPN_HTTP]).map_err(bad)?,
+        frames: drove_tls::peer_client_config(dir, &[ALPN_PEER]).map_err(bad)?,
+        http: drove_tls::peer_client_config(dir, &[ALPN_HTTP]).map_err(bad)?,
+    }))
+}
+
+/// An error and its sources in one line: callers show the message, not always the
+/// source.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut why = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        why = format!("{why}: {s}");
+        src = s.source();
+    }
+    why
+}
+
 /// The TLS configuration of the NBD TCP port: `None` when TLS is off. Clients must
 /// present a certificate signed by the cluster CA.
 fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>> {
@@ -189,21 +241,15 @@ fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>>
         (None, mode) => Err(Error::invalid(format!(
             "NBD TLS mode {mode:?} needs the node's certificates (--tls-dir)"
         ))),
-        (Some(dir), _) => {
-            drove_tls::node_server_config(dir, drove_tls::ClientAuth::Required)
-                .map(Some)
-                .map_err(|e| {
-                    // The chain (which file, then why) in one message: callers show
-                    // the message, not always the source.
-                    let mut why = e.to_string();
-                    let mut src = std::error::Error::source(&e);
-                    while let Some(s) = src {
-                        why = format!("{why}: {s}");
-                        src = s.source();
-                    }
-                    Error::invalid(format!("Bad TLS directory {}: {why}", dir.display()))
-                })
-        }
+        (Some(dir), _) => drove_tls::node_server_config(dir, drove_tls::ClientAuth::Required)
+            .map(Some)
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "Bad TLS directory {}: {}",
+                    dir.display(),
+                    chain(&e)
+                ))
+            }),
     }
 }
 

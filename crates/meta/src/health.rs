@@ -200,11 +200,11 @@ impl Meta {
     }
 
     async fn send_heartbeat(&self, leader: NodeId, hb: Heartbeat) {
-        let state = self.state();
-        let Some(addr) = state.map.node(leader).map(|n| n.admin_addr.clone()) else {
+        // The leader's Raft address (its peer port), where the internal routes are.
+        let Some(addr) = self.raft_addr(leader.0) else {
             return;
         };
-        let url = format!("http://{addr}/meta/heartbeat");
+        let url = self.client.url(&addr, "/meta/heartbeat");
         let res = self
             .client
             .post(&url)

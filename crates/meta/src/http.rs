@@ -1,7 +1,8 @@
-//! The server side of the metadata's HTTP routes, mounted on the node's admin
-//! listener: Raft RPCs under `/raft/` (answered by the local Raft whatever its role)
-//! and internal calls under `/meta/` (answered only by the leader; see
-//! [`crate::remote`]). Bodies are JSON.
+//! The server side of the metadata's HTTP routes, served on the node's peer port (the
+//! daemon hands it the connections that speak HTTP): Raft RPCs under `/raft/`
+//! (answered by the local Raft whatever its role) and internal calls under `/meta/`
+//! (answered only by the leader; see [`crate::remote`]). Bodies are JSON. The public
+//! admin API carries only `GET /meta/hello`, which says where the internal routes are.
 use crate::meta::Meta;
 use crate::raft_checks;
 use crate::remote::{Hello, JoinRequest, Role, Wire, Written, CLUSTER_HEADER};
@@ -41,10 +42,17 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .with_state(meta)
 }
 
+pub(crate) fn public_router(meta: Arc<Meta>) -> Router {
+    Router::new()
+        .route("/meta/hello", get(hello))
+        .with_state(meta)
+}
+
 async fn hello(State(meta): State<Arc<Meta>>) -> Json<Hello> {
     Json(Hello {
         cluster: meta.cluster,
         node: meta.id,
+        internal: Some(meta.cfg.addr.clone()),
     })
 }
 

@@ -49,11 +49,12 @@ use std::path::PathBuf;
 pub struct MetaConfig {
     /// The node's data directory; this crate owns `data_dir/meta/`.
     pub data_dir: PathBuf,
-    /// `host:port` of this node's admin HTTP listener, where [`Meta::router`] is
-    /// served; other nodes reach our Raft there.
-    pub admin_addr: String,
-    /// Admin `host:port` of any existing member, to join its cluster. `None` on a
-    /// fresh directory bootstraps a one-voter cluster with node id 1.
+    /// `host:port` where [`Meta::router`] (the internal routes) is served: the node's
+    /// peer port. Other nodes reach our Raft there; it is this node's Raft address.
+    pub addr: String,
+    /// Admin `host:port` of any existing member, to join its cluster (its public
+    /// hello names its internal address). `None` on a fresh directory bootstraps a
+    /// one-voter cluster with node id 1.
     pub join: Option<String>,
     /// This node's zone, weight and addresses (the `id` field is ignored and filled in).
     pub node: NodeInfo,
@@ -62,6 +63,10 @@ pub struct MetaConfig {
     /// How long a fresh node keeps trying to reach `join` (to learn the cluster id,
     /// then to get a node id) before [`Meta::open`] gives up with an error.
     pub join_timeout: std::time::Duration,
+    /// Mutual TLS for the internal calls to other nodes' peer ports (their Raft,
+    /// forwarded writes, joins, heartbeats): `https`, this node's certificate
+    /// presented, only the cluster's node certificates accepted. `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// Default for [`MetaConfig::join_timeout`].

@@ -33,9 +33,11 @@ pub struct Meta {
     /// The cluster this node belongs to; messages from any other are refused.
     pub(crate) cluster: ClusterId,
     pub(crate) cfg: MetaConfig,
+    /// The join member's internal address, learnt from its hello on a first start.
+    join_internal: Option<String>,
     pub(crate) raft: Raft,
     state_rx: watch::Receiver<Arc<MetaState>>,
-    pub(crate) client: reqwest::Client,
+    pub(crate) client: crate::remote::Client,
     client_id: u64,
     seq: AtomicU64,
     /// Serializes membership changes on the leader, so two joins racing cannot both
@@ -81,40 +83,47 @@ async fn open_db(path: &Path) -> Result<Db> {
     }
 }
 
-/// The HTTP client of internal calls, naming `cluster` in a header on every request.
-fn http_client(cluster: Option<ClusterId>) -> Result<reqwest::Client> {
+/// The HTTP client of internal calls, naming `cluster` in a header on every request;
+/// over mutual TLS when `tls` is given (the admin API's public hello stays plain).
+fn http_client(
+    cluster: Option<ClusterId>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<crate::remote::Client> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(id) = cluster {
         let value = reqwest::header::HeaderValue::from_str(&id.to_hex())
             .map_err(|e| Error::invalid(format!("Bad cluster id header: {e}")))?;
         headers.insert(crate::remote::CLUSTER_HEADER, value);
     }
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         // Admin listeners close connections silent for 60 s (drove-daemon's
         // http_listen); letting go of pooled ones at 30 s keeps a call from being
         // sent on a connection the other node is closing.
         .pool_idle_timeout(Duration::from_secs(30))
-        .default_headers(headers)
+        .http1_only()
+        .default_headers(headers);
+    if let Some(tls) = tls {
+        builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
+    }
+    let http = builder
         .build()
-        .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))
+        .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
+    Ok(crate::remote::Client {
+        http,
+        scheme: if tls.is_some() { "https" } else { "http" },
+    })
 }
 
 /// The cluster id of this data directory: the stored one; else a new one for a node
-/// that bootstraps a cluster, or the cluster's at `join` for a node that joins one
-/// (asked until `join_timeout` passes). Stored before anything else, so a node
-/// restarted half-way keeps its cluster.
-async fn cluster_id(
-    db: &Db,
-    client: &reqwest::Client,
-    has_node_id: bool,
-    join: Option<&str>,
-    join_timeout: Duration,
-) -> Result<ClusterId> {
+/// that bootstraps a cluster, or `joined` (the cluster's at the join address) for a
+/// node that joins one. Stored before anything else, so a node restarted half-way
+/// keeps its cluster.
+async fn cluster_id(db: &Db, has_node_id: bool, joined: Option<ClusterId>) -> Result<ClusterId> {
     let stored: Option<ClusterId> = db
         .get(keys::CLUSTER_ID)
         .map_err(|e| db_error("Cannot read the cluster id", e))?;
-    let id = match (stored, join) {
+    let id = match (stored, joined) {
         (Some(id), _) => return Ok(id),
         (None, _) if has_node_id => {
             return Err(Error::invalid(
@@ -131,9 +140,8 @@ async fn cluster_id(
             tracing::info!(cluster = %id, "new cluster id");
             id
         }
-        (None, Some(join)) => {
-            let id = ask_cluster_id(client, join, Instant::now() + join_timeout).await?;
-            tracing::info!(cluster = %id, join, "joining cluster");
+        (None, Some(id)) => {
+            tracing::info!(cluster = %id, "joining cluster");
             id
         }
     };
@@ -177,28 +185,35 @@ impl Meta {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
-        let client = http_client(None)?;
+        let client = http_client(None, cfg.tls.as_ref())?;
         // Node-made request ids keep the top bit clear (clients' have it set).
         let client_id = random_u64() & !crate::client_req::EXTERNAL_CLIENT;
         let stored: Option<u64> = db
             .get(keys::NODE_ID)
             .map_err(|e| db_error("Cannot read the node id", e))?;
-        let cluster = cluster_id(
-            &db,
-            &client,
-            stored.is_some(),
-            cfg.join.as_deref(),
-            cfg.join_timeout,
-        )
-        .await?;
+        // A first start with a join address asks that member's public hello for the
+        // cluster id and for where its internal routes are (its peer port).
+        let joining = match (&cfg.join, stored) {
+            (Some(join), None) => {
+                let deadline = Instant::now() + cfg.join_timeout;
+                let hello = ask_cluster_id(&client, join, deadline).await?;
+                let internal = hello.internal.clone().unwrap_or_else(|| join.clone());
+                tracing::info!(join, %internal, "the member at {join} serves its internal routes at {internal}");
+                Some((hello.cluster, internal))
+            }
+            _ => None,
+        };
+        let cluster = cluster_id(&db, stored.is_some(), joining.as_ref().map(|j| j.0)).await?;
+        let join_internal = joining.map(|j| j.1);
         // Every internal call from here on names the cluster; receivers refuse others.
-        let client = http_client(Some(cluster))?;
+        let client = http_client(Some(cluster), cfg.tls.as_ref())?;
         let id = match (stored, &cfg.join) {
             (Some(id), _) => id,
             (None, None) => 1,
-            (None, Some(join)) => {
+            (None, Some(_)) => {
                 let deadline = Instant::now() + cfg.join_timeout;
-                allocate_node_id(&client, join, client_id, deadline).await?
+                let at = join_internal.as_deref().unwrap_or_default();
+                allocate_node_id(&client, at, client_id, deadline).await?
             }
         };
         if stored.is_none() {
@@ -225,6 +240,7 @@ impl Meta {
             id,
             cluster,
             cfg,
+            join_internal,
             raft: raft.clone(),
             state_rx,
             client,
@@ -290,10 +306,17 @@ impl Meta {
         self.client_id
     }
 
-    /// The HTTP routes of the metadata service, under `/raft/` (Raft RPCs) and
-    /// `/meta/` (forwarded writes, joins); the daemon merges them into its admin router.
+    /// The internal HTTP routes of the metadata service, under `/raft/` (Raft RPCs)
+    /// and `/meta/` (forwarded writes, joins, heartbeats): served on the node's peer
+    /// port, never on the public admin API.
     pub fn router(self: &Arc<Self>) -> axum::Router {
         crate::http::router(self.clone())
+    }
+
+    /// The one metadata route of the public admin API: `GET /meta/hello` (cluster id,
+    /// node id and internal address), which a joining node asks its `--join` address.
+    pub fn public_router(self: &Arc<Self>) -> axum::Router {
+        crate::http::public_router(self.clone())
     }
 
     /// The latest state applied on this node (an `Arc` clone).
@@ -408,7 +431,7 @@ impl Meta {
         }
         let leader = self.leader();
         let here = match &hint {
-            Some(addr) => *addr == self.cfg.admin_addr,
+            Some(addr) => *addr == self.cfg.addr,
             None => leader.as_ref().is_some_and(|(id, _)| *id == self.id),
         };
         if here {
@@ -420,7 +443,16 @@ impl Meta {
         }
     }
 
-    /// The leader this node follows: `(id, admin address)`.
+    /// The Raft address (internal routes) of member `id`, from this node's copy of the
+    /// membership.
+    pub(crate) fn raft_addr(&self, id: u64) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let node = m.membership_config.membership().get_node(&id)?;
+        Some(node.addr.clone())
+    }
+
+    /// The leader this node follows: `(id, Raft address)`.
     pub(crate) fn leader(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -429,14 +461,15 @@ impl Meta {
         Some((id, node.addr.clone()))
     }
 
-    /// Addresses to ask for the leader: the join address, then the other members
-    /// this node knows from its own copy of the membership.
+    /// Internal addresses to ask for the leader: the join member's (on a first
+    /// start), then the other members this node knows from its own copy of the
+    /// membership.
     pub(crate) fn contact_points(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.cfg.join.iter().cloned().collect();
+        let mut out: Vec<String> = self.join_internal.iter().cloned().collect();
         let m = self.raft.metrics();
         let m = m.borrow();
         for (id, node) in m.membership_config.membership().nodes() {
-            if *id != self.id && node.addr != self.cfg.admin_addr && !out.contains(&node.addr) {
+            if *id != self.id && node.addr != self.cfg.addr && !out.contains(&node.addr) {
                 out.push(node.addr.clone());
             }
         }
@@ -451,7 +484,7 @@ impl Meta {
         membership.voter_ids().any(|v| v == self.id)
             && membership
                 .get_node(&self.id)
-                .is_some_and(|n| n.addr == self.cfg.admin_addr)
+                .is_some_and(|n| n.addr == self.cfg.addr)
     }
 }
 

@@ -22,11 +22,11 @@ const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 /// Creates one [`Conn`] per peer; all share one HTTP connection pool.
 #[derive(Clone)]
 pub(crate) struct Network {
-    client: reqwest::Client,
+    client: crate::remote::Client,
 }
 
 impl Network {
-    pub(crate) fn new(client: reqwest::Client) -> Self {
+    pub(crate) fn new(client: crate::remote::Client) -> Self {
         Network { client }
     }
 }
@@ -45,7 +45,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
 /// The RPC channel to one peer.
 pub(crate) struct Conn {
-    client: reqwest::Client,
+    client: crate::remote::Client,
     target: u64,
     node: BasicNode,
 }
@@ -64,7 +64,7 @@ impl Conn {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("http://{}/raft/{path}", self.node.addr);
+        let url = self.client.url(&self.node.addr, &format!("/raft/{path}"));
         let resp = self
             .client
             .post(&url)

@@ -52,6 +52,33 @@ pub(crate) struct Hello {
     pub cluster: drove_types::ClusterId,
     /// The node's id.
     pub node: u64,
+    /// Where its internal routes are (its peer port); absent from a node that served
+    /// them on its admin port.
+    #[serde(default)]
+    pub internal: Option<String>,
+}
+
+/// The HTTP client of internal calls, and the scheme they use: `https` when the
+/// peer ports speak mutual TLS.
+#[derive(Clone)]
+pub(crate) struct Client {
+    pub http: reqwest::Client,
+    pub scheme: &'static str,
+}
+
+impl Client {
+    /// The URL of `path` on the internal routes at `addr`.
+    pub fn url(&self, addr: &str, path: &str) -> String {
+        format!("{}://{addr}{path}", self.scheme)
+    }
+
+    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.post(url)
+    }
+
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.get(url)
+    }
 }
 
 /// The HTTP header that carries the sender's cluster id on every internal call.
@@ -114,7 +141,7 @@ impl<T> From<Wire<T>> for Attempt<T> {
 /// transport failure is retryable: writes carry a request id, so a write whose
 /// answer was lost is applied once even when sent again.
 pub(crate) async fn post<Req, T>(
-    client: &reqwest::Client,
+    client: &crate::remote::Client,
     addr: &str,
     path: &str,
     body: &Req,
@@ -145,7 +172,7 @@ pub(crate) struct NoAnswer {
 /// [`post`], keeping apart the calls that got no answer, and whether those may have
 /// reached the receiver.
 pub(crate) async fn call<Req, T>(
-    client: &reqwest::Client,
+    client: &crate::remote::Client,
     addr: &str,
     path: &str,
     body: &Req,
@@ -155,7 +182,7 @@ where
     Req: Serialize,
     T: DeserializeOwned,
 {
-    let url = format!("http://{addr}{path}");
+    let url = client.url(addr, path);
     let resp = match client.post(&url).timeout(timeout).json(body).send().await {
         Ok(r) => r,
         Err(e) => {

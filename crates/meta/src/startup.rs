@@ -8,7 +8,7 @@ use crate::meta::{unix_now, Meta};
 use crate::remote::{cause, post, retry, retry_with, Attempt, JoinRequest, Role, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Request, RequestId};
-use drove_types::{ClusterId, Error, NodeId, NodeInfo, Result};
+use drove_types::{Error, NodeId, NodeInfo, Result};
 use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
 use std::collections::BTreeMap;
@@ -46,10 +46,10 @@ const JOIN_REPORT_EVERY: Duration = Duration::from_secs(5);
 /// answers but not as a drove node's admin API does (not HTTP, another HTTP
 /// service, a drove peer or NBD port) fails at once: waiting cannot fix it.
 pub(crate) async fn ask_cluster_id(
-    client: &reqwest::Client,
+    client: &crate::remote::Client,
     join: &str,
     deadline: Instant,
-) -> Result<ClusterId> {
+) -> Result<crate::remote::Hello> {
     let url = format!("http://{join}/meta/hello");
     let what = format!("Cannot learn the cluster id from {join}");
     let not_drove = |why: String| {
@@ -92,7 +92,7 @@ pub(crate) async fn ask_cluster_id(
                 return not_drove(format!("{url} answered HTTP {status}"));
             }
             match resp.json::<crate::remote::Hello>().await {
-                Ok(h) => Attempt::Done(h.cluster),
+                Ok(h) => Attempt::Done(h),
                 Err(e) => not_drove(format!("{url} answered something else: {}", cause(&e))),
             }
         }
@@ -102,7 +102,7 @@ pub(crate) async fn ask_cluster_id(
 
 /// Ask the cluster at `join` (any member; it points us to the leader) for a node id.
 pub(crate) async fn allocate_node_id(
-    client: &reqwest::Client,
+    client: &crate::remote::Client,
     join: &str,
     client_id: u64,
     deadline: Instant,
@@ -202,11 +202,11 @@ impl Meta {
         if self.raft.is_initialized().await.map_err(|e| stopped(&e))? {
             return Ok(());
         }
-        tracing::info!(node = self.id, addr = %self.cfg.admin_addr, "bootstrapping a one-voter metadata cluster");
+        tracing::info!(node = self.id, addr = %self.cfg.addr, "bootstrapping a one-voter metadata cluster");
         let members = BTreeMap::from([(
             self.id,
             BasicNode {
-                addr: self.cfg.admin_addr.clone(),
+                addr: self.cfg.addr.clone(),
             },
         )]);
         match self.raft.initialize(members).await {
@@ -241,7 +241,7 @@ impl Meta {
     async fn join(&self) -> Result<Role> {
         let req = JoinRequest {
             id: self.id,
-            addr: self.cfg.admin_addr.clone(),
+            addr: self.cfg.addr.clone(),
             max_voters: self.cfg.max_voters,
         };
         let deadline = Instant::now() + JOIN_TIMEOUT;

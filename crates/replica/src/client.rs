@@ -24,14 +24,15 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio_rustls::TlsConnector;
 
 use crate::liveness::{Liveness, Rtt, Verdict, DEFAULT_SILENCE_FLOOR};
-use crate::server::PEER_IDLE;
+use crate::server::{ReadHalf, WriteHalf, PEER_IDLE};
 use crate::MapCell;
 
 /// How often a connection's watchdog looks at it.
@@ -145,6 +146,8 @@ pub struct PeerPool {
     routes: Option<PathBuf>,
     /// The routes file's modification time when last looked at.
     routes_seen: Mutex<Option<std::time::SystemTime>>,
+    /// Mutual TLS with the peers, once [`PeerPool::set_tls`] set it.
+    tls: OnceLock<TlsConnector>,
 }
 
 /// How often the routes file is looked at for changes.
@@ -202,7 +205,15 @@ impl PeerPool {
             metrics,
             routes,
             routes_seen: Mutex::new(None),
+            tls: OnceLock::new(),
         })
+    }
+
+    /// Dial every peer with TLS from now on (before the first dial; set once):
+    /// `config` presents this node's certificate and accepts only the cluster's
+    /// nodes (see `drove_tls::peer_client_config`).
+    pub fn set_tls(&self, config: Arc<rustls::ClientConfig>) {
+        let _ = self.tls.set(TlsConnector::from(config));
     }
 
     /// Look at the routes file for changes every [`ROUTES_CHECK`] and drop the
@@ -360,27 +371,49 @@ impl PeerPool {
                     .with_source(e)
             })?;
             let _ = stream.set_nodelay(true);
-            tokio::time::timeout(
-                live.silent_after,
-                crate::hello::client(&mut stream, &self.hello, node, &addr),
-            )
-            .await
-            .map_err(|_| {
+            let silent = || {
                 Error::unavailable(format!(
                     "Node {node} at {addr} accepted a connection but did not answer its hello within {} ms (silent)",
                     live.silent_after.as_millis()
                 ))
-            })??;
-            Ok::<_, Error>(stream)
+            };
+            let halves: (ReadHalf, WriteHalf) = match self.tls.get() {
+                None => {
+                    let hello = crate::hello::client(&mut stream, &self.hello, node, &addr);
+                    tokio::time::timeout(live.silent_after, hello)
+                        .await
+                        .map_err(|_| silent())??;
+                    let (r, w) = stream.into_split();
+                    (Box::new(r), Box::new(w))
+                }
+                Some(tls) => {
+                    let shake = tls.connect(drove_tls::peer_server_name(), stream);
+                    let mut s = tokio::time::timeout(live.silent_after, shake)
+                        .await
+                        .map_err(|_| silent())?
+                        .map_err(|e| {
+                            Error::unavailable(format!(
+                                "Node {node} at {addr}: TLS handshake failed: {e}"
+                            ))
+                        })?;
+                    let hello = crate::hello::client(&mut s, &self.hello, node, &addr);
+                    tokio::time::timeout(live.silent_after, hello)
+                        .await
+                        .map_err(|_| silent())??;
+                    let (r, w) = tokio::io::split(s);
+                    (Box::new(r), Box::new(w))
+                }
+            };
+            Ok::<_, Error>(halves)
         };
-        let stream = tokio::time::timeout(self.timeouts.connect, dial)
+        let (rd, wr) = tokio::time::timeout(self.timeouts.connect, dial)
             .await
             .map_err(|_| {
                 Error::unavailable(format!(
                     "Connecting to node {node} at {addr} (with the hello) timed out"
                 ))
             })??;
-        let conn = self.spawn_conn(node, stream);
+        let conn = self.spawn_conn(node, rd, wr);
         self.conns.lock().insert(node, conn.clone());
         Ok(conn)
     }
@@ -460,8 +493,7 @@ impl PeerPool {
         Some(c.clone())
     }
 
-    fn spawn_conn(&self, node: NodeId, stream: TcpStream) -> Arc<Conn> {
-        let (rd, wr) = stream.into_split();
+    fn spawn_conn(&self, node: NodeId, rd: ReadHalf, wr: WriteHalf) -> Arc<Conn> {
         let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
         let conn = Arc::new(Conn {
             tx,

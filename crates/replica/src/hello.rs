@@ -165,7 +165,7 @@ impl Greeter {
         Ok(None)
     }
 
-    fn log(&self, peer: SocketAddr, why: &str) {
+    pub(crate) fn log(&self, peer: SocketAddr, why: &str) {
         if let Some(skipped) = self.log.lock().ready() {
             tracing::warn!(%peer, skipped, "refused a peer connection: {why}");
         }

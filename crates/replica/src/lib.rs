@@ -37,4 +37,4 @@ pub use gateway::{Gateway, Lag, Membership};
 pub use local::LocalStore;
 pub use mapcell::MapCell;
 pub use recovery::{Progress, Recoverer, View};
-pub use server::{PeerServer, ServerLimits, FRAME_STALL, PEER_IDLE};
+pub use server::{HttpHandoff, PeerIo, PeerServer, ServerLimits, FRAME_STALL, PEER_IDLE};

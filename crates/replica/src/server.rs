@@ -11,19 +11,28 @@
 //! connection, taken before a body is allocated; the number of connections is
 //! capped; a failed accept is retried ([`crate::accept`]). Garbage on the port
 //! closes that connection and nothing else.
+//!
+//! The port also carries the metadata's internal HTTP routes (Raft, forwarded
+//! writes, joins, heartbeats), so that node-to-node traffic has one port and the
+//! public admin API has none of it: a connection whose first byte starts an HTTP
+//! method (an upper-case letter other than the `D` of every frame's magic) is
+//! handed to the [`HttpHandoff`] set with [`PeerServer::set_http`], under the same
+//! connection cap.
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_proto::{Budget, Frame, Hello, PeerReq, PeerResp, ReadLimits, WireError, MAX_FRAME};
 use drove_types::{ClusterId, Result};
 use parking_lot::Mutex;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use crate::accept::{Acceptor, LogEvery};
 use crate::hello::Greeter;
@@ -71,6 +80,46 @@ impl Default for ServerLimits {
     }
 }
 
+/// A connection of the peer port: TCP, or TLS over TCP.
+pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerIo for T {}
+
+/// The reading half of a peer connection.
+pub(crate) type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a peer connection.
+pub(crate) type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Who serves the connections of the peer port that speak HTTP.
+pub trait HttpHandoff: Send + Sync + 'static {
+    /// Serve `stream` (nothing read from it yet) until it closes.
+    fn serve(
+        &self,
+        stream: Box<dyn PeerIo>,
+        peer: SocketAddr,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// What the first byte of a connection says it speaks.
+#[derive(Debug, PartialEq, Eq)]
+enum Speaks {
+    /// drove frames (or garbage, which the hello refuses).
+    Frames,
+    /// An HTTP request line.
+    Http,
+    /// Nothing within the hello time, or closed.
+    Nothing,
+}
+
+/// Look at (without taking) the first byte of `stream`, waiting at most `wait`.
+async fn sniff(stream: &TcpStream, wait: Duration) -> Speaks {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(wait, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0].is_ascii_uppercase() && first[0] != b'D' => Speaks::Http,
+        Ok(Ok(1)) => Speaks::Frames,
+        _ => Speaks::Nothing,
+    }
+}
+
 /// Serves this node's object store to its peers.
 pub struct PeerServer {
     local: Arc<LocalStore>,
@@ -79,6 +128,8 @@ pub struct PeerServer {
     limits: ServerLimits,
     budget: Budget,
     greeter: Greeter,
+    http: OnceLock<Arc<dyn HttpHandoff>>,
+    tls: OnceLock<TlsAcceptor>,
 }
 
 impl PeerServer {
@@ -113,7 +164,22 @@ impl PeerServer {
             limits,
             budget: Budget::new(limits.budget),
             greeter,
+            http: OnceLock::new(),
+            tls: OnceLock::new(),
         })
+    }
+
+    /// Require mutual TLS on every connection from now on (before serving; set
+    /// once): `config` accepts only the cluster's nodes and offers the ALPN
+    /// protocols of frames and of HTTP (see `drove_tls::peer_server_config`).
+    pub fn set_tls(&self, config: Arc<rustls::ServerConfig>) {
+        let _ = self.tls.set(TlsAcceptor::from(config));
+    }
+
+    /// Hand the connections that speak HTTP to `http` (set once; without it they
+    /// are refused like any other garbage).
+    pub fn set_http(&self, http: Arc<dyn HttpHandoff>) {
+        let _ = self.http.set(http);
     }
 
     /// Bytes of the frame budget taken by frames being received now.
@@ -148,7 +214,53 @@ impl PeerServer {
         peer: SocketAddr,
     ) -> std::io::Result<()> {
         let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
+        if let Some(tls) = self.tls.get() {
+            // Everything is TLS: the handshake (a node certificate of this cluster)
+            // within the hello time, then ALPN says frames or HTTP.
+            let s = match tokio::time::timeout(self.limits.hello, tls.accept(stream)).await {
+                Err(_) => {
+                    tracing::debug!(%peer, "peer connection closed: no TLS handshake within {:?}", self.limits.hello);
+                    return Ok(());
+                }
+                Ok(Err(e)) => {
+                    self.greeter
+                        .log(peer, &format!("TLS handshake failed: {e}"));
+                    return Ok(());
+                }
+                Ok(Ok(s)) => s,
+            };
+            if s.get_ref().1.alpn_protocol() == Some(drove_tls::ALPN_HTTP) {
+                if let Some(http) = self.http.get() {
+                    http.serve(Box::new(s), peer).await;
+                }
+                return Ok(());
+            }
+            let (rd, wr) = tokio::io::split(s);
+            return self.serve_frames(Box::new(rd), Box::new(wr), peer).await;
+        }
+        if let Some(http) = self.http.get() {
+            match sniff(&stream, self.limits.hello).await {
+                Speaks::Http => {
+                    http.serve(Box::new(stream), peer).await;
+                    return Ok(());
+                }
+                Speaks::Nothing => {
+                    tracing::debug!(%peer, "peer connection closed: nothing within {:?}", self.limits.hello);
+                    return Ok(());
+                }
+                Speaks::Frames => {}
+            }
+        }
+        let (rd, wr) = stream.into_split();
+        self.serve_frames(Box::new(rd), Box::new(wr), peer).await
+    }
+
+    async fn serve_frames(
+        self: Arc<Self>,
+        mut rd: ReadHalf,
+        mut wr: WriteHalf,
+        peer: SocketAddr,
+    ) -> std::io::Result<()> {
         // Unbuffered until the hello is accepted: a stranger gets no 256 KiB buffer.
         let greeted = self
             .greeter
@@ -178,7 +290,7 @@ impl PeerServer {
     /// stalls in the middle of a frame.
     async fn read_requests(
         self: Arc<Self>,
-        mut rd: BufReader<OwnedReadHalf>,
+        mut rd: BufReader<ReadHalf>,
         tx: mpsc::Sender<drove_proto::Encoded>,
         peer: SocketAddr,
     ) -> std::io::Result<()> {

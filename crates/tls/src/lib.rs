@@ -16,12 +16,14 @@ pub mod ca;
 pub mod config;
 mod error;
 pub mod files;
+pub mod node;
 
 pub use ca::{Ca, Issued, NodeNames};
 pub use config::{
     client_config, common_name, node_server_config, server_config, ClientAuth, Identity,
 };
 pub use error::Error;
+pub use node::{peer_client_config, peer_server_config, peer_server_name, ALPN_HTTP, ALPN_PEER};
 
 /// The CA certificate (in every directory: the node's, the client's, the CA's).
 pub const CA_CERT: &str = "ca-cert.pem";

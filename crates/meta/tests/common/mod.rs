@@ -49,11 +49,12 @@ pub async fn start_on(listener: TcpListener, dir: &Path, join: Option<String>) -
     let addr = listener.local_addr().unwrap().to_string();
     let cfg = MetaConfig {
         data_dir: dir.to_path_buf(),
-        admin_addr: addr.clone(),
+        addr: addr.clone(),
         join: join.clone(),
         node: node_info(&addr),
         max_voters: 3,
         join_timeout: drove_meta::DEFAULT_JOIN_TIMEOUT,
+        tls: None,
     };
     let meta = Meta::open(cfg).await.expect("open");
     let router = meta.router();
