@@ -14,6 +14,7 @@ mod log_limit;
 mod logging;
 mod move_cmd;
 mod node_cmd;
+mod node_config;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
@@ -116,7 +117,12 @@ fn cluster_addr(m: &clap::ArgMatches, given: Option<&str>) -> Result<addr::Clust
 
 fn main() {
     let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `node run --config FILE`: the file's settings under the command line's.
+    let config = match &mut cli.cmd {
+        Cmd::Node(node_cmd::NodeCmd::Run(a)) => node_config::apply(a, &matches),
+        _ => Ok(()),
+    };
     if sigpipe_ends_quietly(&cli.cmd) {
         restore_sigpipe();
     }
@@ -138,6 +144,7 @@ fn main() {
         cli.request_id,
     );
     let res = rt.block_on(async move {
+        config?;
         match cli.cmd {
             Cmd::Node(c) => node_cmd::run(c, &ctx).await,
             Cmd::Up(a) => up::up(a, &ctx).await,
