@@ -6,6 +6,7 @@ mod cert_cmd;
 mod client;
 mod cluster_cmd;
 mod df_cmd;
+mod gen_cmd;
 mod heal_cmd;
 mod lineage_cmd;
 mod lock_cmd;
@@ -72,6 +73,9 @@ enum Cmd {
     /// Make a cluster CA, node certificates and client certificates (TLS).
     #[command(subcommand)]
     Cert(cert_cmd::CertCmd),
+    /// Write man pages or shell completions (for packaging).
+    #[command(subcommand, hide = true)]
+    Generate(gen_cmd::GenerateCmd),
 }
 
 /// Let a closed stdout or stderr end this process the way it ends `ls` or `grep`:
@@ -153,6 +157,7 @@ fn main() {
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
             Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
             Cmd::Cert(c) => cert_cmd::run(c, &ctx).await,
+            Cmd::Generate(c) => gen_cmd::run(c),
         }
     });
     if let Err(e) = res {
