@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what drove's demo, tests and benchmarks need on Debian 12: the real NBD
 # clients (qemu-img/qemu-io, nbdinfo/nbdcopy, fio), qemu-nbd (the benchmark baseline),
-# QEMU and a kernel for VM tests, libvirt and Prometheus for their tests. Idempotent: installs only what is missing.
+# QEMU and a kernel for VM tests, libvirt and Prometheus for their tests, dpkg-dev and
+# systemd (systemd-analyze) for the Debian package and its test. Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin python3-libnbd nbdkit fio busybox-static
       linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3
-      cpio e2fsprogs prometheus libvirt-daemon-system libvirt-clients)
+      cpio e2fsprogs prometheus libvirt-daemon-system libvirt-clients dpkg-dev systemd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

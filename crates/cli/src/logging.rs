@@ -7,9 +7,13 @@ use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{self, FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
 
 use crate::log_file::LogFile;
 use crate::log_limit::{Limit, RateLimit};
@@ -38,30 +42,51 @@ pub struct LogArgs {
     pub log_keep: u32,
 }
 
+/// The subscriber the output layers sit on.
+type Base = tracing_subscriber::layer::Layered<EnvFilter, tracing_subscriber::Registry>;
+
 /// Install the log subscriber and the panic hook; call once, first thing.
+///
+/// Under systemd (`$INVOCATION_ID` or `$JOURNAL_STREAM` set) stderr always gets
+/// the log, for the journal, even with `--log-file`; and when stderr is the
+/// journal's stream itself, lines carry their syslog priority (`<4>` for a warning,
+/// so `journalctl -p warning` works) and no time stamp (the journal has its own).
 pub fn init(a: &LogArgs) -> Result<()> {
     let max_size = drove_types::parse_size(&a.log_max_size)
         .with_context(|| format!("Bad --log-max-size '{}'", a.log_max_size))?;
-    let (writer, ansi) = match &a.log_file {
-        None => (
-            BoxMakeWriter::new(std::io::stderr),
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    let file = match &a.log_file {
+        None => None,
+        Some(path) => Some(
+            LogFile::open(path, max_size, a.log_keep)
+                .with_context(|| format!("Cannot open the log file {}", path.display()))?,
         ),
-        Some(path) => {
-            let file = LogFile::open(path, max_size, a.log_keep)
-                .with_context(|| format!("Cannot open the log file {}", path.display()))?;
-            (BoxMakeWriter::new(file), false)
-        }
     };
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(writer)
-        .with_ansi(ansi);
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,openraft=warn".into());
+    let file_layer = file.map(|f| fmt::layer().with_writer(f).with_ansi(false));
+    let to_stderr = a.log_file.is_none() || under_systemd();
+    let stderr_layer: Option<Box<dyn Layer<Base> + Send + Sync>> = to_stderr.then(|| {
+        if stderr_is_journal() {
+            Box::new(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .event_format(Journal(fmt::format().without_time()))
+                    .with_ansi(false),
+            ) as Box<dyn Layer<Base> + Send + Sync>
+        } else {
+            Box::new(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
+        }
+    });
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into());
     // Already set (a test that runs two nodes in one process): keep the first.
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(RateLimit::new(fmt, LIMIT))
+        .with(RateLimit::new(
+            Layer::and_then(file_layer, stderr_layer),
+            LIMIT,
+        ))
         .try_init();
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -71,4 +96,102 @@ pub fn init(a: &LogArgs) -> Result<()> {
         default_hook(info);
     }));
     Ok(())
+}
+
+/// Whether this process runs as a systemd service.
+fn under_systemd() -> bool {
+    std::env::var_os("INVOCATION_ID").is_some() || std::env::var_os("JOURNAL_STREAM").is_some()
+}
+
+/// Whether stderr is the journal's stream: `$JOURNAL_STREAM` is its "device:inode"
+/// (systemd's own test, so that a redirected stderr is not taken for it).
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let Ok(m) = std::fs::File::from(fd).metadata() else {
+        return false;
+    };
+    dev.parse() == Ok(m.dev()) && ino.parse() == Ok(m.ino())
+}
+
+/// The syslog priority of a level, as journald reads it from a `<N>` line prefix.
+fn priority(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        _ => 7,
+    }
+}
+
+/// An event format with the line's syslog priority in front (`<4>...`).
+struct Journal<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for Journal<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        write!(writer, "<{}>", priority(event.metadata().level()))?;
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+    use std::sync::Arc;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn journal_lines_carry_their_priority_and_no_time() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::registry().with(
+            fmt::layer()
+                .with_writer(move || out.clone())
+                .event_format(Journal(fmt::format().without_time()))
+                .with_ansi(false),
+        );
+        tracing::subscriber::with_default(sub, || {
+            tracing::error!("e1");
+            tracing::warn!("w1");
+            tracing::info!("i1");
+        });
+        let text = String::from_utf8(buf.0.lock().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("<3>ERROR"), "{text}");
+        assert!(lines[1].starts_with("<4> WARN"), "{text}");
+        assert!(lines[2].starts_with("<6> INFO"), "{text}");
+        assert!(lines[2].ends_with("i1"), "{text}");
+    }
 }

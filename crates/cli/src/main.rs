@@ -6,6 +6,7 @@ mod cert_cmd;
 mod client;
 mod cluster_cmd;
 mod df_cmd;
+mod gen_cmd;
 mod heal_cmd;
 mod lineage_cmd;
 mod lock_cmd;
@@ -14,6 +15,7 @@ mod log_limit;
 mod logging;
 mod move_cmd;
 mod node_cmd;
+mod node_config;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
@@ -71,6 +73,9 @@ enum Cmd {
     /// Make a cluster CA, node certificates and client certificates (TLS).
     #[command(subcommand)]
     Cert(cert_cmd::CertCmd),
+    /// Write man pages or shell completions (for packaging).
+    #[command(subcommand, hide = true)]
+    Generate(gen_cmd::GenerateCmd),
 }
 
 /// Let a closed stdout or stderr end this process the way it ends `ls` or `grep`:
@@ -116,7 +121,12 @@ fn cluster_addr(m: &clap::ArgMatches, given: Option<&str>) -> Result<addr::Clust
 
 fn main() {
     let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `node run --config FILE`: the file's settings under the command line's.
+    let config = match &mut cli.cmd {
+        Cmd::Node(node_cmd::NodeCmd::Run(a)) => node_config::apply(a, &matches),
+        _ => Ok(()),
+    };
     if sigpipe_ends_quietly(&cli.cmd) {
         restore_sigpipe();
     }
@@ -138,6 +148,7 @@ fn main() {
         cli.request_id,
     );
     let res = rt.block_on(async move {
+        config?;
         match cli.cmd {
             Cmd::Node(c) => node_cmd::run(c, &ctx).await,
             Cmd::Up(a) => up::up(a, &ctx).await,
@@ -146,6 +157,7 @@ fn main() {
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
             Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
             Cmd::Cert(c) => cert_cmd::run(c, &ctx).await,
+            Cmd::Generate(c) => gen_cmd::run(c),
         }
     });
     if let Err(e) = res {

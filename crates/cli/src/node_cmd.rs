@@ -42,9 +42,14 @@ pub enum NodeCmd {
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// Read the settings from this TOML file: its keys are these flags' names in
+    /// snake_case (data = "/var/lib/drove", zone = "dc1", tls_dir = ...); a flag
+    /// given here overrides the file's key.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Data directory (metadata, objects, DIR/nbd.sock).
-    #[arg(long)]
-    pub data: PathBuf,
+    #[arg(long, required_unless_present = "config")]
+    pub data: Option<PathBuf>,
     /// Failure domain of this node (rack, datacenter).
     #[arg(long, default_value = "z1")]
     pub zone: String,
@@ -196,7 +201,7 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         return Err(anyhow!("--weight must be at least 1"));
     }
     let cfg = NodeConfig {
-        data: a.data,
+        data: a.data.context("--data DIR is needed")?,
         zone: a.zone,
         weight: a.weight,
         listen: a.listen,

@@ -218,6 +218,11 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
     if let Some(j) = join {
         cmd.args(["--join", j]);
     }
+    // Not services of their own even when `drove up` runs in one: no readiness
+    // messages to its systemd, and no copy of node.log in node.stderr (logging.rs).
+    for var in ["NOTIFY_SOCKET", "INVOCATION_ID", "JOURNAL_STREAM"] {
+        cmd.env_remove(var);
+    }
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);

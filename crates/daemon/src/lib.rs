@@ -20,6 +20,7 @@ mod lineage;
 mod locks;
 mod node;
 mod ops_metrics;
+mod sd_notify;
 mod settle;
 pub mod wan;
 mod watch;

@@ -158,6 +158,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         node = %me, zone = %info.zone, admin = %info.admin_addr, peer = %info.peer_addr,
         nbd = %info.nbd_addr, socket = %info.nbd_socket, "node ready"
     );
+    crate::sd_notify::notify(&format!("READY=1\nSTATUS=node {me} ready"));
 
     let outcome = tokio::select! {
         () = shutdown => Ok(()),
@@ -172,6 +173,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         }
     };
     tracing::info!(node = %me, "shutting down");
+    crate::sd_notify::notify("STOPPING=1");
     nbd_tcp.abort();
     nbd_unix.abort();
     let _ = std::fs::remove_file(&sock);
