@@ -284,4 +284,4 @@ impl<S: Subscriber, L: Layer<S>> Layer<S> for RateLimit<L> {
 
 #[cfg(test)]
 #[path = "log_limit_tests.rs"]
-mod tests;
+pub(crate) mod tests;

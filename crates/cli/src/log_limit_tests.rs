@@ -5,7 +5,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// Everything written, shared between the writer and the test.
 #[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Buf(pub(crate) Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Buf {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {

@@ -71,6 +71,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         max_voters: cfg.max_voters,
         join_timeout: cfg.join_timeout,
         tls: peer_tls.as_ref().map(|t| t.http.clone()),
+        // Internal calls go to peer ports, so they follow the same WAN routes.
+        routes: Some(cfg.data.join("peer-routes.json")),
     })
     .await?;
     let me = meta.node_id();

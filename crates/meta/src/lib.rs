@@ -67,6 +67,10 @@ pub struct MetaConfig {
     /// forwarded writes, joins, heartbeats): `https`, this node's certificate
     /// presented, only the cluster's node certificates accepted. `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// A routes file (a JSON object: peer address -> address to dial instead) that
+    /// internal calls follow like the peer pool does; WAN emulation puts delay
+    /// proxies there. Absent or unreadable: no routes.
+    pub routes: Option<PathBuf>,
 }
 
 /// Default for [`MetaConfig::join_timeout`].

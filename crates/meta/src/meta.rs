@@ -88,6 +88,7 @@ async fn open_db(path: &Path) -> Result<Db> {
 fn http_client(
     cluster: Option<ClusterId>,
     tls: Option<&Arc<rustls::ClientConfig>>,
+    routes: Option<&std::path::PathBuf>,
 ) -> Result<crate::remote::Client> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(id) = cluster {
@@ -95,23 +96,28 @@ fn http_client(
             .map_err(|e| Error::invalid(format!("Bad cluster id header: {e}")))?;
         headers.insert(crate::remote::CLUSTER_HEADER, value);
     }
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        // Admin listeners close connections silent for 60 s (drove-daemon's
-        // http_listen); letting go of pooled ones at 30 s keeps a call from being
-        // sent on a connection the other node is closing.
-        .pool_idle_timeout(Duration::from_secs(30))
-        .http1_only()
-        .default_headers(headers);
-    if let Some(tls) = tls {
-        builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
-    }
-    let http = builder
-        .build()
-        .map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let tls = tls.cloned();
+    let build = move || {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // Admin listeners close connections silent for 60 s (drove-daemon's
+            // http_listen); letting go of pooled ones at 30 s keeps a call from being
+            // sent on a connection the other node is closing.
+            .pool_idle_timeout(Duration::from_secs(30))
+            .http1_only()
+            .default_headers(headers.clone());
+        if let Some(tls) = &tls {
+            builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
+        }
+        builder.build()
+    };
+    let http = build().map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
     Ok(crate::remote::Client {
-        http,
-        scheme: if tls.is_some() { "https" } else { "http" },
+        http: Arc::new(parking_lot::Mutex::new(http)),
+        make: Arc::new(move || build().ok()),
+        scheme,
+        routes: routes.map(|p| crate::remote::Routes::new(p.clone())),
     })
 }
 
@@ -185,7 +191,7 @@ impl Meta {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
-        let client = http_client(None, cfg.tls.as_ref())?;
+        let client = http_client(None, cfg.tls.as_ref(), cfg.routes.as_ref())?;
         // Node-made request ids keep the top bit clear (clients' have it set).
         let client_id = random_u64() & !crate::client_req::EXTERNAL_CLIENT;
         let stored: Option<u64> = db
@@ -206,7 +212,7 @@ impl Meta {
         let cluster = cluster_id(&db, stored.is_some(), joining.as_ref().map(|j| j.0)).await?;
         let join_internal = joining.map(|j| j.1);
         // Every internal call from here on names the cluster; receivers refuse others.
-        let client = http_client(Some(cluster), cfg.tls.as_ref())?;
+        let client = http_client(Some(cluster), cfg.tls.as_ref(), cfg.routes.as_ref())?;
         let id = match (stored, &cfg.join) {
             (Some(id), _) => id,
             (None, None) => 1,

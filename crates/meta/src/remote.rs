@@ -6,7 +6,9 @@ use crate::state::ApplyResult;
 use drove_types::{Error, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The body of every `/meta/*` answer.
@@ -62,22 +64,71 @@ pub(crate) struct Hello {
 /// peer ports speak mutual TLS.
 #[derive(Clone)]
 pub(crate) struct Client {
-    pub http: reqwest::Client,
+    /// Replaced (with its pool of kept-alive connections) when the routes change,
+    /// so no call keeps going straight to an address that is now routed.
+    pub http: Arc<parking_lot::Mutex<reqwest::Client>>,
+    pub make: Arc<dyn Fn() -> Option<reqwest::Client> + Send + Sync>,
     pub scheme: &'static str,
+    pub routes: Option<Arc<Routes>>,
+}
+
+/// The node's routes file (peer address -> address to dial instead, what the peer
+/// pool also follows: WAN emulation sends cross-zone traffic through delay
+/// proxies), read again when its modification time changes.
+pub(crate) struct Routes {
+    path: std::path::PathBuf,
+    seen: parking_lot::Mutex<(Option<std::time::SystemTime>, HashMap<String, String>)>,
+}
+
+impl Routes {
+    pub fn new(path: std::path::PathBuf) -> Arc<Routes> {
+        Arc::new(Routes {
+            path,
+            seen: Default::default(),
+        })
+    }
+
+    /// Where to dial `addr`, and whether the table changed since the last call.
+    fn route(&self, addr: &str) -> (Option<String>, bool) {
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        let mut seen = self.seen.lock();
+        let changed = seen.0 != modified;
+        if changed {
+            let table = std::fs::read(&self.path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<HashMap<String, String>>(&b).ok())
+                .unwrap_or_default();
+            *seen = (modified, table);
+        }
+        (seen.1.get(addr).cloned(), changed)
+    }
 }
 
 impl Client {
-    /// The URL of `path` on the internal routes at `addr`.
+    /// The URL of `path` on the internal routes at `addr` (or where the routes file
+    /// sends it).
     pub fn url(&self, addr: &str, path: &str) -> String {
+        let (routed, changed) = match &self.routes {
+            Some(r) => r.route(addr),
+            None => (None, false),
+        };
+        if changed {
+            if let Some(fresh) = (self.make)() {
+                *self.http.lock() = fresh;
+            }
+        }
+        let addr = routed.as_deref().unwrap_or(addr);
         format!("{}://{addr}{path}", self.scheme)
     }
 
     pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
-        self.http.post(url)
+        self.http.lock().post(url)
     }
 
     pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
-        self.http.get(url)
+        self.http.lock().get(url)
     }
 }
 

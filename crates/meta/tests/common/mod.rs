@@ -55,6 +55,7 @@ pub async fn start_on(listener: TcpListener, dir: &Path, join: Option<String>) -
         max_voters: 3,
         join_timeout: drove_meta::DEFAULT_JOIN_TIMEOUT,
         tls: None,
+        routes: None,
     };
     let meta = Meta::open(cfg).await.expect("open");
     let router = meta.router();
