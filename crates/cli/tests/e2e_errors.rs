@@ -205,6 +205,7 @@ fn test_the_admin_api_serves_no_internal_route() {
         "/raft/snapshot",
         "/meta/write",
         "/meta/read-index",
+        "/meta/renew",
         "/meta/join",
         "/meta/remove",
         "/meta/heartbeat",

@@ -172,3 +172,112 @@ fn test_lock_break_fences_the_holder_and_frees_the_lock_at_once() {
     assert!(!o.status.success());
     assert!(text(&o).contains("No VDI named 'nope'"), "{}", text(&o));
 }
+
+/// Sum of the counters `drove_meta_commands` of `kind` with outcome ok in `metrics`.
+fn commands_ok(metrics: &str, kind: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("drove_meta_commands")
+                && l.contains(&format!("kind=\"{kind}\""))
+                && l.contains("outcome=\"ok\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The position in `c.nodes` of the metadata leader, as node `asked` sees it.
+fn leader_index(c: &Cluster, asked: usize) -> usize {
+    let o = c.drove(asked, &["cluster", "status", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let id = s["leader"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no leader: {}", text(&o)));
+    c.nodes.iter().position(|n| n.id == id).unwrap()
+}
+
+/// A writer's lease is renewed with the leader without a log entry per renewal:
+/// one lock grant, many renewals. Killing the metadata leader under the writer
+/// does not end its lease (the next leader keeps every lock alive before it lets
+/// anyone else take one): the writer writes on, a writer on another node is still
+/// refused, and once the first detaches the second writes and reads both.
+#[test]
+fn test_renewals_need_no_log_entry_and_a_leader_kill_keeps_the_lease() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("vm", "64M", &[]);
+    let leader = leader_index(&c, 0);
+    let w = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    // The writer's node renews every 2 s (a third of a 6 s lease).
+    c.kill(w);
+    c.restart_with(w, &["--lock-lease", "6"]);
+    wait_until(
+        Duration::from_secs(30),
+        "the restarted node to be up",
+        || c.status()["map"]["nodes"][c.nodes[w].id.to_string()]["state"] == "Up",
+    );
+    let leader = leader_index(&c, other);
+    assert_ne!(leader, w, "the restarted follower took the leadership");
+    let before = c.metrics(leader);
+
+    let (a, mut a_in) = session(&c.nodes[w].uri("vm"));
+    writeln!(a_in, "write -P 0x11 0 64k").unwrap();
+    writeln!(a_in, "flush").unwrap();
+    a_in.flush().unwrap();
+    let uri_other = c.nodes[other].uri("vm");
+    wait_until(Duration::from_secs(20), "the writer's data to land", || {
+        reads_back(&uri_other, "0x11", "0")
+    });
+    // Three renewals at least, confirmed by the leader.
+    wait_until(Duration::from_secs(30), "three lease renewals", || {
+        commands_ok(&c.metrics(leader), "RenewLease") >= commands_ok(&before, "RenewLease") + 3
+    });
+    let after = c.metrics(leader);
+    let grants = commands_ok(&after, "AcquireLock") - commands_ok(&before, "AcquireLock");
+    let renewals = commands_ok(&after, "RenewLease") - commands_ok(&before, "RenewLease");
+    eprintln!("lock grants {grants}, renewals {renewals} (no log entry each)");
+    assert_eq!(grants, 1, "renewals were lock grants:\n{after}");
+
+    // The leader dies under the writer.
+    c.kill(leader);
+    // Refused: EPERM once a leader answers, EIO while there is none.
+    let t = try_qemu_io(&uri_other, "write -P 0x22 0 64k");
+    assert!(
+        !t.contains("wrote") && t.contains("write failed"),
+        "a second writer got in after the leader died: {t}"
+    );
+    // The writer's lease is renewed through the next leader: well past its 6 s.
+    wait_until(
+        Duration::from_secs(60),
+        "a renewal with the next leader",
+        || {
+            let l = leader_index(&c, other);
+            l != leader && commands_ok(&c.metrics(l), "RenewLease") >= 2
+        },
+    );
+    let t = try_qemu_io(&uri_other, "write -P 0x22 0 64k");
+    assert!(
+        t.contains("Operation not permitted"),
+        "a second writer got in while the first renewed: {t}"
+    );
+    let t = last_words(a, a_in, "write -P 0x33 64k 64k\nflush");
+    assert!(
+        t.matches("wrote 65536/65536").count() == 2 && !t.contains("failed"),
+        "the writer after the leader died: {t}"
+    );
+    // Detached: the other node writes at once and reads both writes.
+    wait_until(Duration::from_secs(20), "the lock to be free", || {
+        try_qemu_io(&uri_other, "write -P 0x22 128k 64k").contains("wrote 65536/65536")
+    });
+    qemu_io(
+        &uri_other,
+        &[
+            "read -P 0x11 0 64k".into(),
+            "read -P 0x33 64k 64k".into(),
+            "read -P 0x22 128k 64k".into(),
+        ],
+    );
+}

@@ -68,6 +68,36 @@ impl LockService for MetaLocks {
         }
     }
 
+    /// Renewed with the leader, without a log entry (see `drove_meta::Renew`). A
+    /// lock the leader no longer finds held by this run answers `Locked`, and the
+    /// volume stops writing.
+    async fn renew(&self, vdi: &VdiInfo, generation: u64) -> Result<Lease> {
+        let l = self
+            .meta
+            .renew_lock(drove_meta::Renew {
+                vdi: vdi.name.clone(),
+                node: self.meta.node_id(),
+                incarnation: self.meta.incarnation(),
+                generation,
+                now_ms: now_ms(),
+                lease_ms: self.lease.as_millis() as u64,
+            })
+            .await?;
+        // Never longer than the leader granted (it caps a renewal at the lease the
+        // lock was taken with).
+        let granted = Duration::from_millis(l.lease_ms);
+        Ok(Lease {
+            generation: l.generation,
+            duration: if l.lease_ms == 0 {
+                self.lease
+            } else {
+                self.lease.min(granted)
+            },
+            vdi: l.vdi,
+            home_zone: l.home_zone,
+        })
+    }
+
     async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()> {
         self.meta
             .execute(Command::ReleaseLock {

@@ -5,18 +5,24 @@
 //! every 5 s fell behind without end, no lock renewal committed for 10 s and the VMs
 //! got EIO. The batcher proposes one entry at a time; whatever arrives meanwhile goes
 //! into the next entry as one [`Command::Batch`], so a busy moment costs one fsync
-//! however many commands it brings.
+//! however many commands it brings. (Renewals are no longer commands at all; the
+//! lease renewals the leader confirmed go ahead of each batch, see [`crate::lease`].)
+use crate::lease::Leases;
 use crate::remote::{Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Raft, Request, RequestId};
 use drove_metrics::Metrics;
 use openraft::error::{ClientWriteError, RaftError};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// Most commands in one entry (the state machine refuses longer batches).
+/// Most commands in one entry (the state machine refuses longer batches), the lease
+/// renewals written ahead of them included.
 pub const MAX_BATCH: usize = 256;
+
+/// How often the batcher looks for lease renewals to write down on their own.
+const FLUSH_CHECK: Duration = Duration::from_millis(500);
 
 type Job = (Request, oneshot::Sender<Wire<Written>>);
 
@@ -30,9 +36,14 @@ pub(crate) type MetricsCell = Arc<OnceLock<Arc<Metrics>>>;
 
 impl Batcher {
     /// Start the proposing task; it ends when the batcher is dropped.
-    pub(crate) fn new(raft: Raft, client: u64, metrics: MetricsCell) -> Batcher {
+    pub(crate) fn new(
+        raft: Raft,
+        client: u64,
+        metrics: MetricsCell,
+        leases: Arc<Leases>,
+    ) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, client, rx, metrics));
+        tokio::spawn(run(raft, client, rx, metrics, leases));
         Batcher { tx }
     }
 
@@ -61,11 +72,34 @@ fn record(metrics: &MetricsCell, kind: &str, answer: &Wire<Written>) {
     m.meta().command(kind, outcome);
 }
 
-async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>, metrics: MetricsCell) {
+async fn run(
+    raft: Raft,
+    client: u64,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    metrics: MetricsCell,
+    leases: Arc<Leases>,
+) {
     let mut seq = 0u64;
-    while let Some(first) = rx.recv().await {
+    let mut tick = tokio::time::interval(FLUSH_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let first = tokio::select! {
+            j = rx.recv() => match j {
+                Some(j) => j,
+                None => return,
+            },
+            _ = tick.tick() => {
+                // Renewals confirmed a while ago and no command to carry them.
+                if leases.flush_due() {
+                    let p = leases.before(&[]);
+                    let _ = propose_all(&raft, client, &mut seq, Vec::new(), p.extend.clone()).await;
+                    leases.proposed(p);
+                }
+                continue;
+            }
+        };
         let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
+        while jobs.len() < MAX_BATCH - 1 {
             match rx.try_recv() {
                 Ok(j) => jobs.push(j),
                 Err(_) => break,
@@ -74,7 +108,10 @@ async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>, metr
         let began = Instant::now();
         let n = jobs.len();
         let kinds: Vec<&'static str> = jobs.iter().map(|(r, _)| r.cmd.kind()).collect();
-        let answers = propose_all(&raft, client, &mut seq, jobs).await;
+        let reqs: Vec<Request> = jobs.iter().map(|(r, _)| r.clone()).collect();
+        let p = leases.before(&reqs);
+        let answers = propose_all(&raft, client, &mut seq, jobs, p.extend.clone()).await;
+        leases.proposed(p);
         if let (Some(m), Some((_, first))) = (metrics.get(), answers.first()) {
             if !matches!(first, Wire::NotLeader { .. }) {
                 m.meta().entry(began.elapsed().as_secs_f64(), n);
@@ -89,29 +126,48 @@ async fn run(raft: Raft, client: u64, mut rx: mpsc::UnboundedReceiver<Job>, metr
 
 type Answer = (oneshot::Sender<Wire<Written>>, Wire<Written>);
 
-/// Propose the jobs as one entry (a batch when more than one) and pair each
-/// waiter with its answer.
-async fn propose_all(raft: &Raft, client: u64, seq: &mut u64, mut jobs: Vec<Job>) -> Vec<Answer> {
-    if jobs.len() == 1 {
+/// Propose the jobs as one entry (a batch when more than one, or when `first`, the
+/// lease renewals to write down, goes ahead of them) and pair each waiter with its
+/// answer.
+async fn propose_all(
+    raft: &Raft,
+    client: u64,
+    seq: &mut u64,
+    mut jobs: Vec<Job>,
+    first: Option<Command>,
+) -> Vec<Answer> {
+    if jobs.len() == 1 && first.is_none() {
         let (req, tx) = jobs.pop().expect("one job");
         return vec![(tx, propose(raft, req).await)];
     }
+    let now = crate::meta::unix_now();
+    let mut ahead = Vec::new();
+    if let Some(cmd) = first {
+        *seq += 1;
+        ahead.push(Request {
+            id: RequestId { client, seq: *seq },
+            now,
+            cmd,
+        });
+    }
+    let skip = ahead.len();
     *seq += 1;
     let seq = *seq;
     let (reqs, txs): (Vec<Request>, Vec<_>) = jobs.into_iter().unzip();
+    ahead.extend(reqs);
     let batch = Request {
         id: RequestId { client, seq },
-        now: crate::meta::unix_now(),
-        cmd: Command::Batch(reqs),
+        now,
+        cmd: Command::Batch(ahead),
     };
     let n = txs.len();
     match propose(raft, batch).await {
         Wire::Ok(Written {
             result: Ok(Reply::Batch(results)),
             index,
-        }) if results.len() == n => txs
+        }) if results.len() == n + skip => txs
             .into_iter()
-            .zip(results)
+            .zip(results.into_iter().skip(skip))
             .map(|(tx, result)| (tx, Wire::Ok(Written { result, index })))
             .collect(),
         Wire::Ok(other) => {

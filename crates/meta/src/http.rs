@@ -31,6 +31,7 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .route("/meta/write", post(write))
         .route("/meta/read-index", post(crate::read::serve))
+        .route("/meta/renew", post(crate::lease::serve))
         .route("/meta/join", post(join))
         .route("/meta/remove", post(remove))
         .route("/meta/heartbeat", post(crate::health::receive))
@@ -141,11 +142,17 @@ async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<
         now: crate::meta::unix_now(),
         ..req
     };
-    if matches!(req.cmd, crate::state::Command::Batch(_)) {
-        tracing::warn!("refused a batch of commands from the network (only the leader makes them)");
+    if matches!(
+        req.cmd,
+        crate::state::Command::Batch(_) | crate::state::Command::ExtendLeases { .. }
+    ) {
+        tracing::warn!(
+            kind = req.cmd.kind(),
+            "refused a command from the network that only the leader makes"
+        );
         return Json(Wire::Err {
             kind: drove_types::ErrorKind::Invalid,
-            msg: "A batch of commands is made by the leader, not sent to it".into(),
+            msg: format!("{} is made by the leader, not sent to it", req.cmd.kind()),
         });
     }
     Json(meta.local_write_within(req, SERVE_TIMEOUT).await)

@@ -17,6 +17,7 @@ mod client_req;
 mod db;
 mod health;
 mod http;
+mod lease;
 mod log_store;
 mod membership;
 mod meta;
@@ -34,7 +35,9 @@ mod write;
 
 pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};
 pub use health::{Heartbeat, QUORUM_FRESH};
+pub use lease::Renew;
 pub use meta::Meta;
+pub use state::lease::LeaseExtension;
 pub use state::{
     ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS,
     DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE, MAX_VDI_SIZE, SECTOR_SIZE,

@@ -51,6 +51,8 @@ pub struct Meta {
     pub(crate) batch: crate::batch::Batcher,
     /// The node's metrics, once [`Meta::set_metrics`] gave them.
     metrics: crate::batch::MetricsCell,
+    /// Lease renewals confirmed while leading (see [`crate::lease`]).
+    pub(crate) leases: Arc<crate::lease::Leases>,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
@@ -242,6 +244,7 @@ impl Meta {
         .map_err(|e| Error::unavailable(format!("Cannot start metadata Raft: {e}")))?;
         let (progress, _) = watch::channel(Progress::Pending("starting".to_string()));
         let metrics = crate::batch::MetricsCell::default();
+        let leases = Arc::new(crate::lease::Leases::default());
         let meta = Arc::new(Meta {
             id,
             cluster,
@@ -261,8 +264,10 @@ impl Meta {
                 raft,
                 random_u64() & !crate::client_req::EXTERNAL_CLIENT,
                 metrics.clone(),
+                leases.clone(),
             ),
             metrics,
+            leases,
         });
         let task = tokio::spawn(meta.clone().run_startup());
         *meta.startup_task.lock() = Some(task);
@@ -338,6 +343,13 @@ impl Meta {
     /// Report into the node's metrics from now on (commits, commands).
     pub fn set_metrics(&self, metrics: Arc<drove_metrics::Metrics>) {
         let _ = self.metrics.set(metrics);
+    }
+
+    /// Count one lease renewal answered by this node as leader.
+    pub(crate) fn count_renewal(&self, outcome: &str) {
+        if let Some(m) = self.metrics.get() {
+            m.meta().command("RenewLease", outcome);
+        }
     }
 
     /// Bring the Raft gauges of the node's metrics up to date (at each scrape).

@@ -61,7 +61,7 @@ impl Meta {
 
     /// On the leader: the index a read must wait for, once a majority confirmed
     /// this node still leads.
-    async fn local_read_index(&self) -> Wire<Option<u64>> {
+    pub(crate) async fn local_read_index(&self) -> Wire<Option<u64>> {
         match tokio::time::timeout(CONFIRM_TIMEOUT, self.raft.get_read_log_id()).await {
             Ok(Ok((read, _))) => Wire::Ok(read.map(|l| l.index)),
             Ok(Err(openraft::error::RaftError::APIError(

@@ -115,6 +115,11 @@ pub struct VdiLock {
     /// its record of the VDI shows it (placement depends on it).
     #[serde(default)]
     pub home_zone: Option<String>,
+    /// The lease length the holder asked for (0 in locks granted before it was
+    /// recorded). Renewals through the leader are never longer, and a new leader
+    /// keeps every lock alive this long (see [`Command::ExtendAll`]).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 /// Everything the metadata holds.
@@ -134,6 +139,10 @@ pub struct MetaState {
     pub settings: Settings,
     /// Write locks, by VDI id.
     pub locks: BTreeMap<VdiId, VdiLock>,
+    /// The newest Raft term whose leader's first command has been applied: at that
+    /// command every lock was extended (see [`MetaState::new_term`]).
+    #[serde(default)]
+    pub lease_term: u64,
     /// The last lock generation handed out for each VDI (kept after release).
     pub lock_generations: BTreeMap<VdiId, u64>,
     /// Per VDI, the newest lock generation whose writes are known identical on every
@@ -178,6 +187,7 @@ impl Default for MetaState {
             next_node_id: 2,
             settings: Settings::default(),
             locks: BTreeMap::new(),
+            lease_term: 0,
             lock_generations: BTreeMap::new(),
             settled: BTreeMap::new(),
             removed: std::collections::BTreeSet::new(),
@@ -337,6 +347,14 @@ pub enum Command {
         #[serde(default)]
         incarnation: u64,
     },
+    /// Renewals the leader confirmed without a log entry of their own (see
+    /// [`crate::lease`]), recorded in the lock table: each lock still held by the
+    /// same run at the same generation lasts until at least its `until_ms`. Made
+    /// by the leader's batcher, ahead of the commands it proposes beside them.
+    ExtendLeases {
+        /// The renewals, at most one per lock.
+        leases: Vec<lease::LeaseExtension>,
+    },
     /// The holder of `vdi`'s lock at `generation` made every object's replicas
     /// identical: the writes of every earlier generation are settled.
     MarkSettled {
@@ -482,6 +500,7 @@ impl Command {
             Command::SetVdiPolicy { .. } => "SetVdiPolicy",
             Command::AcquireLock { .. } => "AcquireLock",
             Command::MarkSettled { .. } => "MarkSettled",
+            Command::ExtendLeases { .. } => "ExtendLeases",
             Command::ReleaseLock { .. } => "ReleaseLock",
             Command::RequestHandover { .. } => "RequestHandover",
             Command::SnapshotVdi { .. } => "SnapshotVdi",
@@ -732,6 +751,7 @@ impl MetaState {
                 }
                 self.acquire_lock(vdi, *node, *incarnation, *now_ms, *lease_ms)
             }
+            Command::ExtendLeases { leases } => self.extend_leases(leases, now),
             Command::MarkSettled {
                 vdi,
                 node,
@@ -896,6 +916,7 @@ impl MetaState {
                     ));
                 }
                 l.expires_ms = l.expires_ms.max(expires_ms);
+                l.lease_ms = l.lease_ms.max(lease_ms);
                 l.home_zone = self.vdis.get(vdi).and_then(|v| v.home_zone.clone());
                 return Ok(Reply::Lock(l.clone()));
             }
@@ -943,6 +964,7 @@ impl MetaState {
             vdi: id,
             incarnation,
             home_zone: self.vdis.get(vdi).and_then(|v| v.home_zone.clone()),
+            lease_ms,
         };
         self.locks.insert(id, lock.clone());
         Ok(Reply::Lock(lock))
@@ -1147,6 +1169,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
 }
 
 mod home;
+pub(crate) mod lease;
 mod lineage;
 mod lock_break;
 mod policy;
@@ -1156,7 +1179,7 @@ mod tests;
 
 #[cfg(test)]
 #[path = "state/lock_tests.rs"]
-mod lock_tests;
+pub(crate) mod lock_tests;
 
 #[cfg(test)]
 #[path = "state/lineage_tests.rs"]
@@ -1169,3 +1192,7 @@ mod policy_tests;
 #[cfg(test)]
 #[path = "state/home_tests.rs"]
 mod home_tests;
+
+#[cfg(test)]
+#[path = "state/lease_tests.rs"]
+mod lease_tests;

@@ -190,6 +190,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 EntryPayload::Blank => out.push(Ok(Reply::Done)),
                 EntryPayload::Normal(req) => {
                     let term = entry.log_id.leader_id.term;
+                    if term > self.state.lease_term {
+                        Arc::make_mut(&mut self.state).new_term(term, req.now.saturating_mul(1000));
+                    }
                     let res = match &req.cmd {
                         Command::Batch(reqs) if reqs.len() > crate::batch::MAX_BATCH => {
                             Err(invalid(format!(

@@ -37,6 +37,11 @@ pub trait LockService: Send + Sync {
     /// Take or renew the lock of `vdi` for this node; `ErrorKind::Locked` when another
     /// node holds it.
     async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease>;
+    /// Extend the lease of `vdi` held with `generation`. The answer's generation is
+    /// the one held now: another one means the lock was lost meanwhile.
+    async fn renew(&self, vdi: &VdiInfo, _generation: u64) -> Result<Lease> {
+        self.acquire(vdi).await
+    }
     /// Give up the lock of `vdi` held with `generation`.
     async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()>;
     /// The last client that wrote `vdi` through this node detached and the lock was
@@ -225,7 +230,7 @@ impl WriteLock {
             return Renewal::Stop;
         }
         let asked = Instant::now();
-        match svc.acquire(vdi).await {
+        match svc.renew(vdi, h.generation).await {
             // The generation held when the attempt began, or the one held now (a
             // write took the lock again while this attempt waited and the lease
             // ran out meanwhile): the answer renews what is held.

@@ -7,7 +7,7 @@ fn state() -> MetaState {
 }
 
 /// Three nodes up in three zones and one 1 GiB VDI `name` with copies=3.
-pub(super) fn state_with(name: &str) -> MetaState {
+pub(crate) fn state_with(name: &str) -> MetaState {
     let mut s = MetaState::default();
     for id in 1..=3 {
         let n = NodeInfo {
@@ -38,7 +38,7 @@ pub(super) fn state_with(name: &str) -> MetaState {
     s
 }
 
-pub(super) fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
+pub(crate) fn acquire(s: &mut MetaState, node: u64, now_ms: u64) -> ApplyResult {
     acquire_as(s, node, 0, now_ms)
 }
 
@@ -124,7 +124,7 @@ fn test_a_restarted_node_cannot_renew_its_earlier_runs_lock() {
     assert_eq!(l3.generation, l2.generation);
 }
 
-pub(super) fn lock_of(r: ApplyResult) -> VdiLock {
+pub(crate) fn lock_of(r: ApplyResult) -> VdiLock {
     match r {
         Ok(Reply::Lock(l)) => l,
         other => panic!("expected a lock, got {other:?}"),
