@@ -254,6 +254,14 @@ impl WriteLock {
                 ));
                 Renewal::Stop
             }
+            // The lock was given up and taken again (a new generation) while this
+            // attempt waited: the answer is about the one before. Try again with
+            // the generation held now.
+            Err(e)
+                if e.kind() == ErrorKind::Locked && self.snapshot().generation != h.generation =>
+            {
+                Renewal::Failed(e)
+            }
             Err(e) if e.kind() == ErrorKind::Locked => {
                 self.retire(format!("VDI '{}' lost its lock: {e}", vdi.name));
                 Renewal::Stop

@@ -262,3 +262,67 @@ async fn test_a_late_renewal_answering_the_generation_held_now_keeps_the_lock() 
     assert!(matches!(r, Renewal::Renewed), "{r:?}");
     assert_eq!(lock.held_generation(), Some(2));
 }
+
+/// Like [`RegrantLocks`], with renewals the way the metadata leader answers them:
+/// a renewal of a generation that is no longer held is refused (`Locked`).
+struct StaleRenewLocks {
+    calls: std::sync::atomic::AtomicUsize,
+    go: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl LockService for StaleRenewLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(Lease {
+            generation: if call == 0 { 1 } else { 2 },
+            duration: Duration::from_secs(1),
+            ..FreeLocks.acquire(vdi).await?
+        })
+    }
+    async fn renew(&self, vdi: &VdiInfo, generation: u64) -> Result<Lease> {
+        self.go.notified().await;
+        if generation != 2 {
+            return Err(Error::new(
+                ErrorKind::Locked,
+                format!("it holds generation 2, not {generation}"),
+            ));
+        }
+        Ok(Lease {
+            generation: 2,
+            duration: Duration::from_secs(1),
+            ..FreeLocks.acquire(vdi).await?
+        })
+    }
+    async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn test_a_late_refusal_of_an_older_generation_does_not_retire_the_one_held_now() {
+    let svc = Arc::new(StaleRenewLocks {
+        calls: Default::default(),
+        go: Default::default(),
+    });
+    let lock = Arc::new(crate::lock::WriteLock::default());
+    let info = one_node_volume().info();
+    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
+    assert_eq!(g, 1);
+    drop(_guard);
+    // A renewal of generation 1 that waits past the lease's end...
+    let (l, s, i) = (lock.clone(), svc.clone(), info.clone());
+    let renewal = tokio::spawn(async move { l.renew(&i, s.as_ref()).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // ...while a write takes the lock again (generation 2)...
+    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
+    assert_eq!(g, 2);
+    drop(_guard);
+    // ...then is refused as a renewal of generation 1: tried again, not a loss.
+    svc.go.notify_one();
+    let r = renewal.await.unwrap();
+    assert!(matches!(r, Renewal::Failed(_)), "{r:?}");
+    assert_eq!(lock.held_generation(), Some(2));
+    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
+    assert_eq!(g, 2, "still writing with generation 2");
+}
