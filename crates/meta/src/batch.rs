@@ -108,8 +108,7 @@ async fn run(
         let began = Instant::now();
         let n = jobs.len();
         let kinds: Vec<&'static str> = jobs.iter().map(|(r, _)| r.cmd.kind()).collect();
-        let reqs: Vec<Request> = jobs.iter().map(|(r, _)| r.clone()).collect();
-        let p = leases.before(&reqs);
+        let p = leases.before(jobs.iter().map(|(r, _)| r));
         let answers = propose_all(&raft, client, &mut seq, jobs, p.extend.clone()).await;
         leases.proposed(p);
         if let (Some(m), Some((_, first))) = (metrics.get(), answers.first()) {

@@ -161,14 +161,6 @@ pub(crate) async fn receive(
 /// How recent a majority's acknowledgement must be for a node to say it has one.
 pub const QUORUM_FRESH: Duration = Duration::from_secs(3);
 
-/// This node's clock, milliseconds since the Unix epoch.
-fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 impl Meta {
     /// Send this node's heartbeat to the leader every second, with `healthy()` telling
     /// whether its store can take data; on the leader, also mark silent nodes down and
@@ -239,7 +231,7 @@ impl Meta {
         let state = self.state();
         let down_after = Duration::from_millis(state.settings.down_after_ms);
         let nodes = state.map.nodes.values().map(|n| (n.id, n.state));
-        let now_ms = unix_now_ms();
+        let now_ms = crate::meta::unix_now_ms();
         let held = |id: &NodeId| state.held_down.get(id).is_some_and(|&until| until > now_ms);
         let verdicts = self.health.verdicts(nodes, down_after, Instant::now());
         for (id, state) in verdicts

@@ -21,7 +21,7 @@
 //!
 //! The holder counts its lease from *before* it asked, as with a committed grant,
 //! so it never believes in a longer lease than the leader recorded.
-use crate::meta::{Meta, ToLeader};
+use crate::meta::{unix_now_ms as now_ms, Meta, ToLeader};
 use crate::remote::{post, retry, Attempt, Wire};
 use crate::state::lease::{lease_of, LeaseExtension};
 use crate::state::{no_vdi, Command, MetaState, VdiLock, MAX_CLOCK_SKEW_MS, MAX_LEASE_MS};
@@ -158,9 +158,9 @@ impl Leases {
     /// Before the batcher proposes `reqs`: mark their lock requests in flight and
     /// take the renewals to write down ahead of them. [`Leases::proposed`] must
     /// follow once the proposal has an answer.
-    pub(crate) fn before(&self, reqs: &[Request]) -> Proposal {
+    pub(crate) fn before<'a>(&self, reqs: impl IntoIterator<Item = &'a Request>) -> Proposal {
         let names: Vec<String> = reqs
-            .iter()
+            .into_iter()
             .filter_map(|r| match &r.cmd {
                 Command::AcquireLock { vdi, .. } => Some(vdi.clone()),
                 _ => None,
@@ -201,14 +201,6 @@ impl Leases {
             .oldest
             .is_some_and(|t| t.elapsed() >= FLUSH_AFTER)
     }
-}
-
-/// This node's clock, milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Field checks, against the node's own limits, before anything is looked up.

@@ -63,6 +63,14 @@ pub(crate) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// This node's clock, milliseconds since the Unix epoch (0 if before 1970).
+pub(crate) fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// A random id for this process's requests (std's hasher keys are random).
 pub(crate) fn random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one((SystemTime::now(), std::process::id()))

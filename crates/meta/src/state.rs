@@ -117,7 +117,7 @@ pub struct VdiLock {
     pub home_zone: Option<String>,
     /// The lease length the holder asked for (0 in locks granted before it was
     /// recorded). Renewals through the leader are never longer, and a new leader
-    /// keeps every lock alive this long (see [`Command::ExtendAll`]).
+    /// keeps every lock alive this long (see [`MetaState::new_term`]).
     #[serde(default)]
     pub lease_ms: u64,
 }

@@ -237,12 +237,14 @@ impl LockService for RegrantLocks {
     }
 }
 
-#[tokio::test]
-async fn test_a_late_renewal_answering_the_generation_held_now_keeps_the_lock() {
-    let svc = Arc::new(RegrantLocks {
-        calls: Default::default(),
-        go: Default::default(),
-    });
+/// Take generation 1 from `svc` (a 1 s lease), start a renewal that waits past the
+/// lease's end until `go` of `svc` is notified, let a write take the lock again
+/// (generation 2) meanwhile, then let the renewal answer. Returns what the renewal
+/// did, the lock and the VDI.
+async fn renewal_answered_after_a_regrant<S: LockService + 'static>(
+    svc: Arc<S>,
+    go: fn(&S) -> &tokio::sync::Notify,
+) -> (Renewal, Arc<crate::lock::WriteLock>, VdiInfo) {
     let lock = Arc::new(crate::lock::WriteLock::default());
     let info = one_node_volume().info();
     let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
@@ -256,9 +258,19 @@ async fn test_a_late_renewal_answering_the_generation_held_now_keeps_the_lock() 
     let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
     assert_eq!(g, 2);
     drop(_guard);
-    // ...then answers with generation 2: a renewal of what is held, not a loss.
-    svc.go.notify_one();
-    let r = renewal.await.unwrap();
+    // ...then answers.
+    go(&svc).notify_one();
+    (renewal.await.unwrap(), lock, info)
+}
+
+#[tokio::test]
+async fn test_a_late_renewal_answering_the_generation_held_now_keeps_the_lock() {
+    let svc = Arc::new(RegrantLocks {
+        calls: Default::default(),
+        go: Default::default(),
+    });
+    let (r, lock, _) = renewal_answered_after_a_regrant(svc, |s| &s.go).await;
+    // Answered with generation 2: a renewal of what is held, not a loss.
     assert!(matches!(r, Renewal::Renewed), "{r:?}");
     assert_eq!(lock.held_generation(), Some(2));
 }
@@ -305,22 +317,8 @@ async fn test_a_late_refusal_of_an_older_generation_does_not_retire_the_one_held
         calls: Default::default(),
         go: Default::default(),
     });
-    let lock = Arc::new(crate::lock::WriteLock::default());
-    let info = one_node_volume().info();
-    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
-    assert_eq!(g, 1);
-    drop(_guard);
-    // A renewal of generation 1 that waits past the lease's end...
-    let (l, s, i) = (lock.clone(), svc.clone(), info.clone());
-    let renewal = tokio::spawn(async move { l.renew(&i, s.as_ref()).await });
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    // ...while a write takes the lock again (generation 2)...
-    let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
-    assert_eq!(g, 2);
-    drop(_guard);
-    // ...then is refused as a renewal of generation 1: tried again, not a loss.
-    svc.go.notify_one();
-    let r = renewal.await.unwrap();
+    let (r, lock, info) = renewal_answered_after_a_regrant(svc.clone(), |s| &s.go).await;
+    // Refused as a renewal of generation 1: tried again, not a loss.
     assert!(matches!(r, Renewal::Failed(_)), "{r:?}");
     assert_eq!(lock.held_generation(), Some(2));
     let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();

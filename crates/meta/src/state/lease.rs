@@ -1,15 +1,14 @@
 //! Lease renewals in the lock table. The leader confirms a holder's renewal without
 //! a log entry of its own (see [`crate::lease`]); what it confirmed reaches the table
-//! through [`Command::ExtendLeases`], proposed ahead of any command beside it, and a
-//! new leader's first command ([`MetaState::new_term`]) covers what its predecessor confirmed and
-//! never wrote down.
-use drove_types::NodeId;
+//! through [`super::Command::ExtendLeases`], proposed ahead of any command beside it, and a
+//! new leader's first command ([`MetaState::new_term`]) covers what its predecessor
+//! confirmed and never wrote down.
+use drove_types::{NodeId, VdiId};
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ApplyResult, MetaState, Reply, VdiLock, MAX_CLOCK_SKEW_MS, MAX_LEASE_MS};
-use drove_types::VdiId;
 
-/// Most renewals in one [`Command::ExtendLeases`].
+/// Most renewals in one [`super::Command::ExtendLeases`].
 pub const MAX_EXTENSIONS: usize = 65_536;
 /// What a new leader adds to every lease beyond its length: the entry's time has a
 /// resolution of a second, and clocks run at slightly different rates.
