@@ -501,3 +501,44 @@ fn test_a_resize_whose_answer_is_lost_is_sent_again_and_applied_once() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(size(&c), 3 << 30);
 }
+
+fn signal(c: &Cluster, i: usize, sig: i32) {
+    // SAFETY: signalling a child process the test started.
+    unsafe { libc::kill(c.nodes[i].pid as i32, sig) };
+}
+
+/// A VDI created through one node can be attached at once on any other: a node that
+/// has not applied the create yet catches up with the cluster (read barrier) before
+/// it answers "no such VDI". The learner (node 3) is stopped (SIGSTOP) while the VDI
+/// is created and while a client connects to it, and continued (SIGCONT) with the
+/// client's request and the leader's news both waiting for it.
+#[test]
+fn test_a_vdi_created_through_one_node_attaches_at_once_on_every_other() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(4, 2);
+    for round in 0..4 {
+        let name = format!("fresh{round}");
+        signal(&c, 3, libc::SIGSTOP);
+        c.create_vdi(&name, "1M", &[]);
+        let uri = c.nodes[3].uri(&name);
+        let client = std::thread::spawn(move || try_qemu_io(&uri, &["read -P 0 0 4k".into()]));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        signal(&c, 3, libc::SIGCONT);
+        let out = client
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(out.contains("read 4096/4096"), "round {round}: {out}");
+        let n = 1 + round % 2;
+        let out = qemu_io(&c.nodes[n].uri(&name), &["read -P 0 0 4k".into()]);
+        assert!(
+            out.contains("read 4096/4096"),
+            "round {round} node {n}: {out}"
+        );
+    }
+    // A name no node knows is still refused, after the node confirmed its view.
+    let err = try_qemu_io(&c.nodes[3].uri("never"), &["read 0 4k".into()]).unwrap_err();
+    assert!(err.contains("No VDI named 'never'"), "{err}");
+}

@@ -22,6 +22,10 @@ const SETTLE_PATIENCE: Duration = Duration::from_secs(20);
 /// How long an attach waits for the metadata to grant the lock it repairs under.
 const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
 
+/// How long an attach of a name this node does not know waits for the node to
+/// catch up with the cluster's metadata before it answers "no such VDI".
+const UNKNOWN_NAME_PATIENCE: Duration = Duration::from_secs(5);
+
 /// The exports of this node: the VDI table, opened lazily.
 pub struct VdiExports {
     meta: Arc<Meta>,
@@ -231,6 +235,23 @@ impl VdiExports {
         Ok((state, info))
     }
 
+    /// The record of VDI `name`, looked up again after a read barrier when this
+    /// node does not know the name: a VDI created through another node a moment
+    /// ago may not be applied here yet, and "no such VDI" must not depend on that.
+    /// Without a quorum to confirm the view, the answer is the local one.
+    async fn current_record(&self, name: &str) -> Result<(Arc<drove_meta::MetaState>, VdiInfo)> {
+        match self.record(name) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                if let Err(b) = self.meta.read_barrier(UNKNOWN_NAME_PATIENCE).await {
+                    tracing::debug!("attach of unknown VDI '{name}': no read barrier: {b}");
+                    return Err(e);
+                }
+                self.record(name)
+            }
+            r => r,
+        }
+    }
+
     /// The volume of `name` that clients here share, opened if none is.
     pub fn volume_or_open(&self, name: &str) -> Result<Arc<Volume>> {
         let (state, info) = self.record(name)?;
@@ -262,7 +283,7 @@ impl Exports for VdiExports {
     }
 
     async fn open(&self, name: &str, client: &str) -> Result<Arc<dyn Export>> {
-        let (_, info) = self.record(name)?;
+        let (_, info) = self.current_record(name).await?;
         self.settle_crashed_writer(&info).await?;
         let vol = self.volume_or_open(name)?;
         vol.attach();
