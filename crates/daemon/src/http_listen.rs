@@ -13,7 +13,7 @@
 //!   waits for its next request: a connection silent for [`AdminLimits::idle`] is
 //!   closed; a response the client does not read for as long fails
 //!   ([`WriteDeadline`]);
-//! - a middleware ([`receive_body`]) that takes a body's announced length from a
+//! - a middleware (`receive_body`) that takes a body's announced length from a
 //!   byte budget shared by all connections before reading it, and wants the whole
 //!   body within [`AdminLimits::body`]. A body over [`AdminLimits::max_body`] is
 //!   refused with 413; one without a length may be at most [`SMALL_BODY`] (411

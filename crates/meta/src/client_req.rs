@@ -12,7 +12,7 @@ use crate::types::RequestId;
 use std::cell::Cell;
 use std::future::Future;
 
-/// The top bit of [`RequestId::client`]: set for ids chosen by clients.
+/// The top bit of `RequestId::client`: set for ids chosen by clients.
 pub const EXTERNAL_CLIENT: u64 = 1 << 63;
 
 /// The id a client gave its request: 32 hex digits, `client` then `seq`, as the

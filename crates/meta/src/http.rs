@@ -30,6 +30,7 @@ pub(crate) fn router(meta: Arc<Meta>) -> Router {
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/meta/write", post(write))
+        .route("/meta/write-batch", post(write_batch))
         .route("/meta/read-index", post(crate::read::serve))
         .route("/meta/renew", post(crate::lease::serve))
         .route("/meta/join", post(join))
@@ -136,6 +137,53 @@ async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<
     if meta.is_closed() {
         return Json(Wire::unavailable("Metadata service stopped"));
     }
+    Json(write_one(&meta, req).await)
+}
+
+/// `POST /meta/write-batch`: several forwarded commands (see [`crate::forward`]),
+/// each proposed and answered as by `/meta/write`, in order.
+async fn write_batch(
+    State(meta): State<Arc<Meta>>,
+    Json(reqs): Json<Vec<Request>>,
+) -> Json<Wire<Vec<Wire<Written>>>> {
+    if meta.is_closed() {
+        return Json(Wire::unavailable("Metadata service stopped"));
+    }
+    if reqs.is_empty() || reqs.len() > crate::batch::MAX_BATCH {
+        tracing::warn!(
+            commands = reqs.len(),
+            "refused a forwarded batch of a bad length"
+        );
+        return Json(Wire::Err {
+            kind: drove_types::ErrorKind::Invalid,
+            msg: format!(
+                "A forwarded batch of {} commands (1 to {})",
+                reqs.len(),
+                crate::batch::MAX_BATCH
+            ),
+        });
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, req) in reqs.into_iter().enumerate() {
+        let meta = meta.clone();
+        calls.spawn(async move { (i, write_one(&meta, req).await) });
+    }
+    let mut answers: Vec<Option<Wire<Written>>> = vec![None; calls.len()];
+    while let Some(done) = calls.join_next().await {
+        if let Ok((i, a)) = done {
+            answers[i] = Some(a);
+        }
+    }
+    Json(Wire::Ok(
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Wire::unavailable("the write's task failed")))
+            .collect(),
+    ))
+}
+
+/// One forwarded command, checked and proposed on this node's Raft.
+async fn write_one(meta: &Meta, req: Request) -> Wire<Written> {
     // The time in the log is the leader's, not the sender's: a sender cannot date a
     // lease or a verdict as it likes.
     let req = Request {
@@ -150,12 +198,12 @@ async fn write(State(meta): State<Arc<Meta>>, Json(req): Json<Request>) -> Json<
             kind = req.cmd.kind(),
             "refused a command from the network that only the leader makes"
         );
-        return Json(Wire::Err {
+        return Wire::Err {
             kind: drove_types::ErrorKind::Invalid,
             msg: format!("{} is made by the leader, not sent to it", req.cmd.kind()),
-        });
+        };
     }
-    Json(meta.local_write_within(req, SERVE_TIMEOUT).await)
+    meta.local_write_within(req, SERVE_TIMEOUT).await
 }
 
 async fn join(State(meta): State<Arc<Meta>>, Json(req): Json<JoinRequest>) -> Json<Wire<Role>> {

@@ -15,6 +15,7 @@
 mod batch;
 mod client_req;
 mod db;
+mod forward;
 mod health;
 mod http;
 mod lease;
@@ -36,7 +37,7 @@ mod write;
 pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};
 pub use health::{Heartbeat, QUORUM_FRESH};
 pub use lease::Renew;
-pub use meta::Meta;
+pub use meta::{random_u64, Meta};
 pub use state::lease::LeaseExtension;
 pub use state::{
     ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS,

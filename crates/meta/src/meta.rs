@@ -49,6 +49,8 @@ pub struct Meta {
     pub(crate) health: crate::health::Health,
     /// Group commit of this node's proposals (see [`crate::batch`]).
     pub(crate) batch: crate::batch::Batcher,
+    /// This node's writes on their way to the leader (see [`crate::forward`]).
+    pub(crate) forward: crate::forward::Forwarder,
     /// The node's metrics, once [`Meta::set_metrics`] gave them.
     metrics: crate::batch::MetricsCell,
     /// Lease renewals confirmed while leading (see [`crate::lease`]).
@@ -72,7 +74,7 @@ pub(crate) fn unix_now_ms() -> u64 {
 }
 
 /// A random id for this process's requests (std's hasher keys are random).
-pub(crate) fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one((SystemTime::now(), std::process::id()))
 }
 
@@ -260,6 +262,11 @@ impl Meta {
             join_internal,
             raft: raft.clone(),
             state_rx,
+            forward: crate::forward::Forwarder::new(
+                client.clone(),
+                crate::write::FORWARD_TIMEOUT,
+                metrics.clone(),
+            ),
             client,
             client_id,
             seq: AtomicU64::new(1),

@@ -212,12 +212,15 @@ where
 }
 
 /// A call that got no [`Wire`] answer.
+#[derive(Debug, Clone)]
 pub(crate) struct NoAnswer {
     /// Why, for humans.
     pub why: String,
     /// The receiver may have got the call (and done its work): it was sent, and
     /// what came back, if anything, was not an answer.
     pub maybe_delivered: bool,
+    /// The receiver answered 404: it does not know the route (an older version).
+    pub missing_route: bool,
 }
 
 /// [`post`], keeping apart the calls that got no answer, and whether those may have
@@ -240,6 +243,7 @@ where
             return Err(NoAnswer {
                 why: format!("{url}: {}", cause(&e)),
                 maybe_delivered: !e.is_connect(),
+                missing_route: false,
             })
         }
     };
@@ -251,14 +255,18 @@ where
         }));
     }
     if !resp.status().is_success() {
+        // A route the receiver does not have never reached a handler.
+        let missing_route = resp.status() == reqwest::StatusCode::NOT_FOUND;
         return Err(NoAnswer {
             why: format!("{url} answered HTTP {}", resp.status()),
-            maybe_delivered: true,
+            maybe_delivered: !missing_route,
+            missing_route,
         });
     }
     resp.json::<Wire<T>>().await.map_err(|e| NoAnswer {
         why: format!("{url}: bad answer: {e}"),
         maybe_delivered: true,
+        missing_route: false,
     })
 }
 

@@ -203,7 +203,7 @@ pub enum Command {
     /// Several commands in one log entry (the leader's group commit), applied in
     /// order, each on its own (one refused leaves the others be); replies
     /// [`Reply::Batch`]. Made only by the leader's batcher: refused from the network,
-    /// inside another batch and beyond [`crate::batch::MAX_BATCH`] commands.
+    /// inside another batch and beyond `MAX_BATCH` (256) commands.
     Batch(Vec<crate::types::Request>),
     /// Hand out a fresh node id; replies [`Reply::NodeId`].
     AllocateNodeId,
@@ -348,7 +348,7 @@ pub enum Command {
         incarnation: u64,
     },
     /// Renewals the leader confirmed without a log entry of their own (see
-    /// [`crate::lease`]), recorded in the lock table: each lock still held by the
+    /// the lease module), recorded in the lock table: each lock still held by the
     /// same run at the same generation lasts until at least its `until_ms`. Made
     /// by the leader's batcher, ahead of the commands it proposes beside them.
     ExtendLeases {

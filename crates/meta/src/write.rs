@@ -4,7 +4,7 @@
 //! was proposed (or sent to a leader) and got no answer before the deadline fails with
 //! `OutcomeUnknown`, not `Unavailable`: it may still be applied.
 use crate::meta::{unix_now, Meta, ToLeader};
-use crate::remote::{call, retry, Attempt, Wire, Written};
+use crate::remote::{retry, Attempt, Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::Request;
 use drove_types::{Error, ErrorKind, Result};
@@ -104,7 +104,7 @@ impl Meta {
                 return w.into();
             }
         };
-        match call(&self.client, &addr, "/meta/write", req, FORWARD_TIMEOUT).await {
+        match self.forward.write(&addr, req).await {
             Ok(w) => {
                 if is_unavailable(&w) {
                     proposed.store(true, Ordering::Relaxed);

@@ -416,6 +416,27 @@ async fn test_concurrent_commands_share_log_entries() {
     assert!(value("drove_meta_commit_seconds_count") >= 1.0);
     assert_eq!(value("drove_meta_leader"), leader as f64);
     assert_eq!(value("drove_meta_quorum"), 1.0);
+    // The followers sent theirs to the leader many to a request.
+    for (i, m) in metrics.iter().enumerate().filter(|(i, _)| *i != at) {
+        nodes[i].meta.publish_metrics();
+        let text = m.encode();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        };
+        let (commands, requests) = (
+            value("drove_meta_forward_commands_sum"),
+            value("drove_meta_forward_commands_count"),
+        );
+        println!("node {i}: {commands} commands forwarded in {requests} requests");
+        assert!(commands >= 60.0, "node {i} forwarded {commands}");
+        assert!(
+            requests < commands / 2.0,
+            "{commands} commands in {requests} requests"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

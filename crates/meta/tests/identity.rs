@@ -95,3 +95,65 @@ async fn test_a_batch_of_commands_from_the_network_is_refused() {
     .await;
     a.stop().await;
 }
+
+/// `/meta/write-batch` (forwarded commands, many to a request) checks each command as
+/// `/meta/write` does, answers each in order, and refuses an empty or too long batch
+/// whole; from another cluster it is refused like every internal call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_forwarded_batch_is_checked_command_by_command() {
+    init_tracing();
+    let da = tempfile::tempdir().unwrap();
+    let a = start(da.path(), None).await;
+    a.meta.ready(READY).await.unwrap();
+    let id = a.meta.cluster_id().to_hex();
+    let next = a.meta.state().next_node_id;
+    let one =
+        |seq: u64| format!(r#"{{"id":{{"client":9,"seq":{seq}}},"now":0,"cmd":"AllocateNodeId"}}"#);
+    let hidden = r#"{"id":{"client":9,"seq":2},"now":0,"cmd":{"ExtendLeases":{"leases":[]}}}"#;
+    let body = format!("[{},{hidden},{}]", one(1), one(3));
+    let (status, text) = post(&a.addr, "/meta/write-batch", Some(&id), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let answers = v["Ok"].as_array().unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(answers.len(), 3, "{text}");
+    assert!(
+        answers[0]["Ok"]["result"]["Ok"]["NodeId"].is_u64(),
+        "{text}"
+    );
+    assert!(
+        answers[1]["Err"]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("made by the leader"),
+        "{text}"
+    );
+    assert!(
+        answers[2]["Ok"]["result"]["Ok"]["NodeId"].is_u64(),
+        "{text}"
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "both allowed commands applied",
+        || a.meta.state().next_node_id == next + 2,
+    )
+    .await;
+    // The same batch again: applied once (request ids), the same answers.
+    let (_, again) = post(&a.addr, "/meta/write-batch", Some(&id), &body).await;
+    let w: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(
+        w["Ok"][0]["Ok"]["result"], v["Ok"][0]["Ok"]["result"],
+        "{again}"
+    );
+    assert_eq!(a.meta.state().next_node_id, next + 2);
+
+    let too_long = format!("[{}]", (10..267).map(one).collect::<Vec<_>>().join(","));
+    for bad in ["[]".to_string(), too_long] {
+        let (status, text) = post(&a.addr, "/meta/write-batch", Some(&id), &bad).await;
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains("A forwarded batch of"), "{text}");
+    }
+    let (status, _) = post(&a.addr, "/meta/write-batch", Some("junk"), &body).await;
+    assert_eq!(status, 403);
+    assert_eq!(a.meta.state().next_node_id, next + 2);
+    a.stop().await;
+}

@@ -18,6 +18,7 @@ struct CommandLabels {
 pub struct MetaMetrics {
     commit: Histogram,
     batch: Histogram,
+    forwarded: Histogram,
     commands: Family<CommandLabels, Counter>,
     applied: Gauge,
     term: Gauge,
@@ -32,6 +33,7 @@ impl MetaMetrics {
             commit: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             // 1 .. 256 commands.
             batch: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
+            forwarded: Histogram::new(exponential_buckets(1.0, 2.0, 9)),
             commands: Family::default(),
             applied: Gauge::default(),
             term: Gauge::default(),
@@ -47,6 +49,12 @@ impl MetaMetrics {
             "meta_entry_commands",
             "Commands per log entry proposed on the leader (group commit)",
             m.batch.clone(),
+        );
+        reg.register(
+            "meta_forward_commands",
+            "Commands per request this node sent to the leader (forwarded writes \
+             travel together while one request is on its way)",
+            m.forwarded.clone(),
         );
         reg.register(
             "meta_commands",
@@ -78,6 +86,11 @@ impl MetaMetrics {
     pub fn entry(&self, secs: f64, commands: usize) {
         self.commit.observe(secs);
         self.batch.observe(commands as f64);
+    }
+
+    /// One request carrying `commands` forwarded commands sent to the leader.
+    pub fn forwarded(&self, commands: usize) {
+        self.forwarded.observe(commands as f64);
     }
 
     /// One command of `kind` ended with `outcome` (`ok`, `refused`, `failed`).

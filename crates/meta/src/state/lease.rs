@@ -77,7 +77,7 @@ impl MetaState {
     /// Called before the first command of each Raft term is applied, with that
     /// command's time: a new leader does not know the renewals its predecessor
     /// confirmed without writing them down, so every lock lasts at least its lease
-    /// plus [`NEW_LEADER_MARGIN_MS`] from now. Deterministic: the term and the time
+    /// plus `NEW_LEADER_MARGIN_MS` from now. Deterministic: the term and the time
     /// come from the log.
     pub fn new_term(&mut self, term: u64, now_ms: u64) {
         if term <= self.lease_term {
