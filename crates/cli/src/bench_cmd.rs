@@ -21,6 +21,11 @@ pub enum BenchCmd {
     /// centralized qemu-nbd in zone 1, with and without a WAN delay between zones;
     /// writes results.csv, results.md and charts.
     Paper(PaperArgs),
+    /// The control plane: VDI creates, snapshots, clones, deletes, lists, write-lock
+    /// acquire+release and NBD attach cycles, at 1, 32 and 256 in flight, against the
+    /// metadata leader and a follower of a 3-node cluster it starts (or --cluster-dir);
+    /// ops/s with p50/p99 latency, written to results.md and results.json.
+    Meta(crate::bench_meta::MetaArgs),
 }
 
 #[derive(Args)]
@@ -109,7 +114,10 @@ fn config(a: PaperArgs) -> Result<PaperConfig> {
 }
 
 pub async fn run(cmd: BenchCmd, ctx: &Ctx) -> Result<()> {
-    let BenchCmd::Paper(a) = cmd;
+    let a = match cmd {
+        BenchCmd::Paper(a) => a,
+        BenchCmd::Meta(a) => return crate::bench_meta::run(a, ctx.json).await,
+    };
     let cfg = config(a)?;
     // Not eprintln!: SIGPIPE is ignored here, and a closed stderr must not panic.
     let _ = writeln!(

@@ -2,6 +2,7 @@
 //! parses arguments and dispatches; each subcommand group lives in its own module.
 mod addr;
 mod bench_cmd;
+mod bench_meta;
 mod cert_cmd;
 mod client;
 mod cluster_cmd;

@@ -212,3 +212,65 @@ fn test_bench_paper_quick_outputs_are_complete() {
         .collect();
     assert!(leftovers.is_empty(), "work directory left behind");
 }
+
+/// `drove bench meta`, small: every operation is measured against the leader and a
+/// follower, none fails, and the list of a filled table is timed. Throughput is not
+/// judged here (see bench/results/). The VDIs each level made are gone after it.
+#[test]
+fn test_bench_meta_small_run_measures_every_operation_without_failures() {
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_drove"))
+        .args([
+            "--json",
+            "bench",
+            "meta",
+            "--count",
+            "24",
+            "--inflight",
+            "1,8",
+        ])
+        .args(["--list-vdis", "150", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "drove bench meta failed:\n{log}");
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(printed["measurements"], file, "{log}");
+    let rows = file.as_array().unwrap();
+    let find = |target: &str, op: &str, n: u64| {
+        rows.iter()
+            .find(|r| r["target"] == target && r["op"] == op && r["inflight"] == n)
+            .unwrap_or_else(|| panic!("no {target} {op} x{n} in {file}"))
+    };
+    for target in ["leader", "follower"] {
+        for n in [1, 8] {
+            for op in ["create", "snapshot", "clone", "lock", "attach", "delete", "list"] {
+                let r = find(target, op, n);
+                assert_eq!(r["failed"], 0, "{r}");
+                assert_eq!(r["count"], 24, "{r}");
+                assert!(r["per_second"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["p50_ms"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+    }
+    let big: Vec<_> = rows
+        .iter()
+        .filter(|r| r["op"].as_str().unwrap().starts_with("list") && r["op"] != "list")
+        .collect();
+    assert_eq!(big.len(), 2, "{file}");
+    for r in big {
+        let n: usize = r["op"].as_str().unwrap()["list".len()..].parse().unwrap();
+        // Exactly the 150 asked for: nothing of the measurements was left behind.
+        assert_eq!(n, 150, "{r}");
+        assert_eq!(r["failed"], 0, "{r}");
+    }
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    assert!(md.contains("| leader | lock | 8 |"), "{md}");
+}

@@ -204,6 +204,7 @@ fn test_the_admin_api_serves_no_internal_route() {
         "/raft/vote",
         "/raft/snapshot",
         "/meta/write",
+        "/meta/write-batch",
         "/meta/read-index",
         "/meta/renew",
         "/meta/join",
@@ -236,4 +237,23 @@ fn test_the_admin_api_serves_no_internal_route() {
     c.create_vdi("i", "4M", &[]);
     let st = c.status();
     assert_eq!(st["map"]["nodes"].as_object().unwrap().len(), 3, "{st}");
+
+    // The lock benchmark of `drove bench meta` locks only its own VDIs.
+    let admin = &c.nodes[1].admin;
+    for (body, says) in [
+        (r#"{"vdis":["i"],"count":1}"#, "is not the benchmark's"),
+        (r#"{"vdis":[],"count":1}"#, "Give 1 to 4096 VDIs"),
+        (r#"{"vdis":["drove-bench-x"],"count":0}"#, "Give 1 to 10000000 cycles"),
+        (r#"{"vdis":["drove-bench-none"],"count":1}"#, "No VDI named"),
+        (r#"{"vdis":"#, ""),
+    ] {
+        let (status, text) = http(admin, "POST", "/api/bench/locks", "", body);
+        assert!(status.contains(" 4"), "{body}: {status} {text}");
+        assert!(text.contains(says), "{body}: {status} {text}");
+    }
+    let o = c.drove(0, &["vdi", "info", "i", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Never locked, not even for a moment.
+    assert_eq!(v["lock_generation"], 0, "{v}");
+    assert_eq!(v["lock"], serde_json::Value::Null, "{v}");
 }

@@ -106,6 +106,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
         .merge(crate::lineage::router())
+        .merge(crate::bench::router())
         .merge(crate::wan::router())
         .layer(axum::middleware::from_fn(client_request))
         .with_state(admin)

@@ -377,3 +377,31 @@ pub struct LocalHealth {
     /// The zone-sync lag of each VDI written through it.
     pub lags: Vec<crate::wan::LagReport>,
 }
+
+/// `POST /api/bench/locks`: `count` write-lock acquire+release cycles run by the
+/// node, one worker per VDI (each named `drove-bench-...`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchLocks {
+    /// The VDIs to lock, one worker each.
+    pub vdis: Vec<String>,
+    /// Cycles in all.
+    pub count: usize,
+}
+
+/// What a benchmark run on a node measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// Operations asked for.
+    pub count: usize,
+    /// Operations that failed.
+    pub failed: usize,
+    /// Time for all of them.
+    pub seconds: f64,
+    /// Median latency of the operations that succeeded.
+    pub p50_ms: f64,
+    /// 99th percentile latency.
+    pub p99_ms: f64,
+    /// The first failure's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}

@@ -9,6 +9,8 @@
 #![deny(missing_docs)]
 
 mod admin;
+mod bench;
+pub use bench::BENCH_PREFIX;
 pub mod api;
 mod clients;
 mod config;
