@@ -532,53 +532,44 @@ impl Bench {
                 .collect(),
         ];
         for names in rounds {
-            let names = Arc::new(names);
-            let next = Arc::new(AtomicUsize::new(0));
-            let mut tasks = Vec::new();
-            for _ in 0..names.len().min(64) {
-                let (b, names, next) = (self.clone(), names.clone(), next.clone());
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(name) = names.get(i) else {
-                            return Ok(());
-                        };
-                        let path = format!("/api/vdis/{name}?force=true");
-                        match b.admin("DELETE", true, &path, None).await {
-                            Ok((s, _)) if s.is_success() || s.as_u16() == 404 => {}
-                            Ok((s, text)) => return Err(anyhow!("delete {name}: {s}: {text}")),
-                            Err(e) => return Err(anyhow!("delete {name}: {e}")),
-                        }
-                    }
-                }));
-            }
-            for t in tasks {
-                t.await
-                    .map_err(|e| anyhow!("A benchmark task failed: {e}"))??;
-            }
+            self.for_each(names, on_leader, "DELETE").await?;
         }
         Ok(())
     }
 
     /// `name0..name{n}`, created (256 at a time) unless they exist.
     async fn ensure_vdis(self: &Arc<Self>, name: &str, n: usize, on_leader: bool) -> Result<()> {
+        let names = (0..n).map(|i| format!("{name}{i}")).collect();
+        self.for_each(names, on_leader, "POST").await
+    }
+
+    /// Create (`POST`) or delete (`DELETE`, forced) each VDI of `names`, 256 at a
+    /// time; one that exists already (create) or is gone (delete) is fine.
+    async fn for_each(
+        self: &Arc<Self>,
+        names: Vec<String>,
+        on_leader: bool,
+        method: &'static str,
+    ) -> Result<()> {
+        let names = Arc::new(names);
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
-        for _ in 0..n.min(256) {
-            let b = self.clone();
-            let next = next.clone();
-            let name = name.to_string();
+        for _ in 0..names.len().min(256) {
+            let (b, names, next) = (self.clone(), names.clone(), next.clone());
             tasks.push(tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
+                    let Some(name) = names.get(i) else {
                         return Ok(());
-                    }
-                    let body = vdi_body(&format!("{name}{i}"));
-                    match b.admin("POST", on_leader, "/api/vdis", Some(body)).await {
-                        Ok((s, _)) if s.is_success() || s.as_u16() == 409 => {}
-                        Ok((s, text)) => return Err(anyhow!("create {name}{i}: {s}: {text}")),
-                        Err(e) => return Err(anyhow!("create {name}{i}: {e}")),
+                    };
+                    let (path, body, fine) = match method {
+                        "POST" => ("/api/vdis".to_string(), Some(vdi_body(name)), 409),
+                        _ => (format!("/api/vdis/{name}?force=true"), None, 404),
+                    };
+                    match b.admin(method, on_leader, &path, body).await {
+                        Ok((s, _)) if s.is_success() || s.as_u16() == fine => {}
+                        Ok((s, text)) => return Err(anyhow!("{method} {name}: {s}: {text}")),
+                        Err(e) => return Err(anyhow!("{method} {name}: {e}")),
                     }
                 }
             }));

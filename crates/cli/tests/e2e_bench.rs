@@ -251,7 +251,9 @@ fn test_bench_meta_small_run_measures_every_operation_without_failures() {
     };
     for target in ["leader", "follower"] {
         for n in [1, 8] {
-            for op in ["create", "snapshot", "clone", "lock", "attach", "delete", "list"] {
+            for op in [
+                "create", "snapshot", "clone", "lock", "attach", "delete", "list",
+            ] {
                 let r = find(target, op, n);
                 assert_eq!(r["failed"], 0, "{r}");
                 assert_eq!(r["count"], 24, "{r}");

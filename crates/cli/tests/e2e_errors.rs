@@ -243,7 +243,10 @@ fn test_the_admin_api_serves_no_internal_route() {
     for (body, says) in [
         (r#"{"vdis":["i"],"count":1}"#, "is not the benchmark's"),
         (r#"{"vdis":[],"count":1}"#, "Give 1 to 4096 VDIs"),
-        (r#"{"vdis":["drove-bench-x"],"count":0}"#, "Give 1 to 10000000 cycles"),
+        (
+            r#"{"vdis":["drove-bench-x"],"count":0}"#,
+            "Give 1 to 10000000 cycles",
+        ),
         (r#"{"vdis":["drove-bench-none"],"count":1}"#, "No VDI named"),
         (r#"{"vdis":"#, ""),
     ] {

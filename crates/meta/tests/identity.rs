@@ -70,14 +70,21 @@ async fn test_calls_from_another_cluster_are_refused_and_change_nothing() {
     b.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_a_batch_of_commands_from_the_network_is_refused() {
+/// A one-node cluster ready to serve: its directory, the node, its cluster id (hex)
+/// and the next node id it would hand out.
+async fn one_node() -> (tempfile::TempDir, Node, String, u64) {
     init_tracing();
     let da = tempfile::tempdir().unwrap();
     let a = start(da.path(), None).await;
     a.meta.ready(READY).await.unwrap();
     let id = a.meta.cluster_id().to_hex();
     let next = a.meta.state().next_node_id;
+    (da, a, id, next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_batch_of_commands_from_the_network_is_refused() {
+    let (_da, a, id, next) = one_node().await;
     // Only the leader's batcher makes batches; from the network, even with the right
     // cluster id, one is refused (a batch could hide commands from the checks on
     // single ones) and nothing of it applies.
@@ -101,12 +108,7 @@ async fn test_a_batch_of_commands_from_the_network_is_refused() {
 /// whole; from another cluster it is refused like every internal call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_forwarded_batch_is_checked_command_by_command() {
-    init_tracing();
-    let da = tempfile::tempdir().unwrap();
-    let a = start(da.path(), None).await;
-    a.meta.ready(READY).await.unwrap();
-    let id = a.meta.cluster_id().to_hex();
-    let next = a.meta.state().next_node_id;
+    let (_da, a, id, next) = one_node().await;
     let one =
         |seq: u64| format!(r#"{{"id":{{"client":9,"seq":{seq}}},"now":0,"cmd":"AllocateNodeId"}}"#);
     let hidden = r#"{"id":{"client":9,"seq":2},"now":0,"cmd":{"ExtendLeases":{"leases":[]}}}"#;
