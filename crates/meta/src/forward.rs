@@ -17,11 +17,18 @@ use crate::batch::{MetricsCell, MAX_BATCH};
 use crate::remote::{call, Client, NoAnswer, Wire, Written};
 use crate::types::Request;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests on their way to one leader at a time.
 const IN_FLIGHT: usize = 4;
+
+/// A command that waited longer than this behind requests the leader has not
+/// answered is not sent there: the caller is told it was not sent and asks again
+/// (by then, perhaps, of a new leader), as it did when each command had a request of
+/// its own. Longer than a batch takes on a slow metadata disk (fsyncs of 0.5-1.4 s
+/// were seen beside the paper bench's VMs).
+const QUEUE_PATIENCE: Duration = Duration::from_secs(3);
 
 /// What a forwarded command got back: the leader's answer, or none.
 pub(crate) type Forwarded = Result<Wire<Written>, NoAnswer>;
@@ -30,6 +37,7 @@ struct Job {
     addr: String,
     req: Request,
     tx: oneshot::Sender<Forwarded>,
+    queued: Instant,
 }
 
 /// The queue of this node's forwarded writes.
@@ -58,6 +66,7 @@ impl Forwarder {
             addr: addr.to_string(),
             req: req.clone(),
             tx,
+            queued: Instant::now(),
         };
         if self.tx.send(job).is_err() {
             return Err(stopped());
@@ -93,6 +102,18 @@ async fn run(
         }
         for (addr, jobs) in queued.iter_mut() {
             let sending = busy.entry(addr.clone()).or_default();
+            // Unsent all along: the caller may ask again, elsewhere. (Looked at on
+            // every event: a new command, a request answered.)
+            for j in jobs.extract_if(.., |j| j.queued.elapsed() > QUEUE_PATIENCE) {
+                let _ = j.tx.send(Err(NoAnswer {
+                    why: format!(
+                        "{addr}: not sent, earlier requests there unanswered for {} s",
+                        QUEUE_PATIENCE.as_secs()
+                    ),
+                    maybe_delivered: false,
+                    missing_route: false,
+                }));
+            }
             while !jobs.is_empty() && *sending < IN_FLIGHT {
                 *sending += 1;
                 let batch: Vec<Job> = jobs.drain(..jobs.len().min(MAX_BATCH)).collect();
@@ -175,4 +196,73 @@ async fn send(client: &Client, addr: &str, jobs: Vec<Job>, timeout: Duration) {
         });
     }
     while calls.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Command;
+    use crate::types::RequestId;
+    use std::sync::Arc;
+
+    fn req(seq: u64) -> Request {
+        Request {
+            id: RequestId { client: 5, seq },
+            now: 0,
+            cmd: Command::AllocateNodeId,
+        }
+    }
+
+    /// A leader that takes requests and never answers (stopped, cut off): commands
+    /// queued behind its unanswered requests are handed back unsent once they have
+    /// waited `QUEUE_PATIENCE`, so their callers ask again elsewhere instead of
+    /// sending them into the same silence.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn test_commands_queued_behind_a_silent_leader_come_back_unsent() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = silent.accept().await {
+                held.push(s);
+            }
+        });
+        let client = crate::meta::http_client(None, None, None).unwrap();
+        let f = Arc::new(Forwarder::new(
+            client,
+            Duration::from_secs(60),
+            MetricsCell::default(),
+        ));
+        // Four requests on their way, one command each.
+        let mut hung = Vec::new();
+        for seq in 1..=4 {
+            let (f, addr) = (f.clone(), addr.clone());
+            hung.push(tokio::spawn(async move { f.write(&addr, &req(seq)).await }));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The fifth waits for a free slot, which never comes.
+        let t = Instant::now();
+        let queued = {
+            let (f, addr) = (f.clone(), addr.clone());
+            tokio::spawn(async move { f.write(&addr, &req(5)).await })
+        };
+        tokio::time::sleep(QUEUE_PATIENCE + Duration::from_millis(300)).await;
+        assert!(!queued.is_finished(), "answered before anything happened");
+        // Any event (here a new command) hands it back, unsent.
+        let sixth = {
+            let (f, addr) = (f.clone(), addr.clone());
+            tokio::spawn(async move { f.write(&addr, &req(6)).await })
+        };
+        let back = tokio::time::timeout(Duration::from_secs(5), queued)
+            .await
+            .expect("the queued command came back")
+            .unwrap();
+        let n = back.expect_err("no answer from a silent leader");
+        assert!(!n.maybe_delivered, "{n:?}");
+        assert!(n.why.contains("not sent"), "{n:?}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // The new one waits its turn; the four sent ones are still unanswered.
+        assert!(!sixth.is_finished());
+        assert!(hung.iter().all(|h| !h.is_finished()));
+    }
 }

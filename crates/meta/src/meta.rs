@@ -97,7 +97,7 @@ async fn open_db(path: &Path) -> Result<Db> {
 
 /// The HTTP client of internal calls, naming `cluster` in a header on every request;
 /// over mutual TLS when `tls` is given (the admin API's public hello stays plain).
-fn http_client(
+pub(crate) fn http_client(
     cluster: Option<ClusterId>,
     tls: Option<&Arc<rustls::ClientConfig>>,
     routes: Option<&std::path::PathBuf>,
