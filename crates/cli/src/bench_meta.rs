@@ -99,16 +99,10 @@ pub struct Measured {
     pub first_error: Option<String>,
 }
 
-/// Where the benchmark sends its requests.
-struct Node {
-    admin: String,
-    nbd_unix: String,
-}
-
 struct Bench {
     http: reqwest::Client,
-    leader: Node,
-    follower: Option<Node>,
+    leader: NodeEntry,
+    follower: Option<NodeEntry>,
     /// Distinguishes this run's names.
     run: u64,
 }
@@ -305,7 +299,7 @@ fn read_cluster(dir: &Path) -> Result<Vec<NodeEntry>> {
 async fn leader_and_follower(
     http: &reqwest::Client,
     nodes: &[NodeEntry],
-) -> Result<(Node, Option<Node>)> {
+) -> Result<(NodeEntry, Option<NodeEntry>)> {
     let first = nodes
         .first()
         .ok_or_else(|| anyhow!("The cluster has no node"))?;
@@ -327,16 +321,12 @@ async fn leader_and_follower(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let node = |n: &NodeEntry| Node {
-        admin: n.admin.clone(),
-        nbd_unix: n.nbd_unix.clone(),
-    };
     let l = nodes
         .iter()
         .find(|n| n.id == leader)
         .ok_or_else(|| anyhow!("The leader, node {leader}, is not in cluster.json"))?;
     let f = nodes.iter().find(|n| n.id != leader);
-    Ok((node(l), f.map(node)))
+    Ok((l.clone(), f.cloned()))
 }
 
 fn report_line(m: &Measured) {
@@ -362,8 +352,32 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// What one operation did: its latency, or why it failed.
 type OpResult = std::result::Result<Duration, String>;
 
+impl Measured {
+    /// The measurement of `ops`, done `inflight` at a time in `took`.
+    fn of(target: &str, op: &str, inflight: usize, ops: Vec<OpResult>, took: Duration) -> Self {
+        let mut lat: Vec<f64> = ops
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        let count = ops.len();
+        Measured {
+            target: target.into(),
+            op: op.into(),
+            inflight,
+            count,
+            failed: count - lat.len(),
+            per_second: lat.len() as f64 / took.as_secs_f64(),
+            p50_ms: percentile(&lat, 0.5),
+            p99_ms: percentile(&lat, 0.99),
+            first_error: ops.into_iter().find_map(|r| r.err()),
+        }
+    }
+}
+
 impl Bench {
-    fn node(&self, on_leader: bool) -> &Node {
+    fn node(&self, on_leader: bool) -> &NodeEntry {
         if on_leader {
             &self.leader
         } else {
@@ -448,25 +462,8 @@ impl Bench {
                     .map_err(|e| anyhow!("A benchmark task failed: {e}"))?,
             );
         }
-        let secs = t0.elapsed().as_secs_f64();
-        let mut lat: Vec<f64> = all
-            .iter()
-            .filter_map(|r| r.as_ref().ok())
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .collect();
-        lat.sort_by(f64::total_cmp);
-        let failed = all.iter().filter(|r| r.is_err()).count();
-        Ok(Measured {
-            target: if on_leader { "leader" } else { "follower" }.into(),
-            op: op.into(),
-            inflight,
-            count,
-            failed,
-            per_second: (count - failed) as f64 / secs,
-            p50_ms: percentile(&lat, 0.5),
-            p99_ms: percentile(&lat, 0.99),
-            first_error: all.into_iter().find_map(|r| r.err()),
-        })
+        let target = if on_leader { "leader" } else { "follower" };
+        Ok(Measured::of(target, op, inflight, all, t0.elapsed()))
     }
 
     /// `count` lock cycles run by the node itself, `inflight` VDIs at once.
@@ -675,40 +672,24 @@ impl Bench {
             if !on_leader && self.follower.is_none() {
                 continue;
             }
-            let mut lat = Vec::new();
-            let mut failed = 0;
-            let mut first_error = None;
+            let mut all = Vec::new();
             let t0 = Instant::now();
             for _ in 0..20 {
                 let t = Instant::now();
-                match self
-                    .admin("GET", on_leader, "/api/vdis?consistent=true", None)
-                    .await
-                {
-                    Ok((s, _)) if s.is_success() => lat.push(t.elapsed().as_secs_f64() * 1e3),
-                    Ok((s, text)) => {
-                        failed += 1;
-                        first_error.get_or_insert(format!("{s}: {text}"));
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        first_error.get_or_insert(e);
-                    }
-                }
+                let path = "/api/vdis?consistent=true";
+                all.push(match self.admin("GET", on_leader, path, None).await {
+                    Ok((s, _)) if s.is_success() => Ok(t.elapsed()),
+                    Ok((s, text)) => Err(format!("{s}: {text}")),
+                    Err(e) => Err(e),
+                });
             }
-            let secs = t0.elapsed().as_secs_f64();
-            lat.sort_by(f64::total_cmp);
-            out.push(Measured {
-                target: t.clone(),
-                op: format!("list{have}"),
-                inflight: 1,
-                count: 20,
-                failed,
-                per_second: (20 - failed) as f64 / secs,
-                p50_ms: percentile(&lat, 0.5),
-                p99_ms: percentile(&lat, 0.99),
-                first_error,
-            });
+            out.push(Measured::of(
+                t,
+                &format!("list{have}"),
+                1,
+                all,
+                t0.elapsed(),
+            ));
         }
         Ok(out)
     }

@@ -8,8 +8,9 @@
 //! next, at most [`MAX_BATCH`] each. A command alone goes at once; batches form only
 //! when the leader is slower than the commands come. (With one request in flight,
 //! 32 creates at once through a follower went from 770/s to 460/s: each command
-//! waited for the whole previous round trip.) Every command keeps its own request id, so a batch sent again
-//! after a lost answer is applied once, command by command, like single writes.
+//! waited for the whole previous round trip.) Every command keeps its own request
+//! id, so a batch sent again after a lost answer is applied once, command by
+//! command, like single writes.
 //!
 //! A leader that does not know `/meta/write-batch` (an older version, during a
 //! rolling upgrade) answers 404: the commands then go one by one to `/meta/write`.
