@@ -7,7 +7,7 @@
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use drove_paperbench::config::{
-    parse_duration_ms, parse_parallel, parse_policies, DEFAULT_IODEPTH,
+    parse_duration_ms, parse_ops, parse_parallel, parse_policies, Op, DEFAULT_IODEPTH,
 };
 use drove_paperbench::{Cancel, PaperConfig};
 use std::io::Write;
@@ -59,6 +59,11 @@ pub struct PaperArgs {
     /// [default: sync,zone-sync; sync with --quick].
     #[arg(long, value_name = "sync,zone-sync")]
     policy: Option<String>,
+    /// Operations measured, comma-separated: block-write, block-read, small-write,
+    /// small-read [default: all four]. Fewer make a shorter run for one question; the
+    /// paper's table then shows "n/a" for the rest.
+    #[arg(long, value_name = "OPS")]
+    ops: Option<String>,
     /// A small version for the test suite (2 zones x 2 nodes, X = 1,2, 16M, 2 s, 1
     /// repeat, policy sync); explicit options still win.
     #[arg(long)]
@@ -104,6 +109,10 @@ fn config(a: PaperArgs) -> Result<PaperConfig> {
         } else {
             "sync,zone-sync"
         }))?,
+        ops: match a.ops.as_deref() {
+            Some(s) => parse_ops(s)?,
+            None => Op::ALL.to_vec(),
+        },
         iodepth: DEFAULT_IODEPTH,
         out: std::path::absolute(&out).unwrap_or(out),
         drove_bin: std::env::current_exe().context("Cannot find the drove binary")?,

@@ -172,6 +172,8 @@ pub struct PaperConfig {
     /// Write policies measured, one drove system each, in [`System::ALL`] order
     /// (each VDI's home zone is its client's, the zone it is prefilled from).
     pub policies: Vec<WritePolicy>,
+    /// Operations measured, in [`Op::ALL`] order (all four unless `--ops` chose).
+    pub ops: Vec<Op>,
     /// fio queue depth of every client.
     pub iodepth: u32,
     /// Output directory.
@@ -220,7 +222,7 @@ impl PaperConfig {
 
     /// Points measured: systems x delays x X x operations.
     pub fn points(&self) -> usize {
-        self.systems().len() * self.delays().len() * self.parallel.len() * Op::ALL.len()
+        self.systems().len() * self.delays().len() * self.parallel.len() * self.ops.len()
     }
 
     /// The policies as results.md states them: `sync, zone-sync`.
@@ -284,6 +286,7 @@ impl PaperConfig {
             repeat: 1,
             copies: 3,
             policies,
+            ops: Op::ALL.to_vec(),
             iodepth: DEFAULT_IODEPTH,
             out: PathBuf::from("out"),
             drove_bin: PathBuf::from("drove"),
@@ -335,6 +338,23 @@ pub fn parse_policies(s: &str) -> Result<Vec<WritePolicy>> {
     }
     check_policies(&v)?;
     v.sort_by_key(|&p| System::drove(p));
+    Ok(v)
+}
+
+/// Parse `block-write,small-read` into operations in [`Op::ALL`] order, none twice.
+pub fn parse_ops(s: &str) -> Result<Vec<Op>> {
+    let names = Op::ALL.map(Op::name).join(", ");
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let Some(op) = Op::parse(part) else {
+            bail!("Unknown operation '{part}' in --ops: use one or more of {names}");
+        };
+        if v.contains(&op) {
+            bail!("--ops names {part} twice");
+        }
+        v.push(op);
+    }
+    v.sort_by_key(|op| Op::ALL.iter().position(|o| o == op));
     Ok(v)
 }
 
@@ -409,6 +429,22 @@ mod tests {
             Some(System::DroveZoneSync)
         );
         assert_eq!(Op::parse("nope"), None);
+    }
+
+    #[test]
+    fn test_parse_ops_keeps_the_papers_order_and_refuses_unknown_names() {
+        assert_eq!(
+            parse_ops("small-read, block-write").unwrap(),
+            vec![Op::BlockWrite, Op::SmallRead]
+        );
+        assert_eq!(
+            parse_ops("block-write,block-read,small-write,small-read").unwrap(),
+            Op::ALL
+        );
+        let e = parse_ops("block-write,nope").unwrap_err().to_string();
+        assert!(e.contains("Unknown operation 'nope'"), "{e}");
+        assert!(parse_ops("").is_err());
+        assert!(parse_ops("small-read,small-read").is_err());
     }
 
     #[test]

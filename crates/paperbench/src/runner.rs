@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::baseline::Baseline;
 use crate::charts;
 use crate::cluster::DroveCluster;
-use crate::config::{Op, PaperConfig};
+use crate::config::PaperConfig;
 use crate::cpu;
 use crate::index::compute_indexes;
 use crate::measure::{
@@ -268,7 +268,7 @@ pub fn schedule(cfg: &PaperConfig) -> Vec<Run> {
     let mut first_point = 1;
     for delay_ms in cfg.delays() {
         for &x in &cfg.parallel {
-            for op in Op::ALL {
+            for &op in &cfg.ops {
                 for rep in 0..cfg.repeat {
                     for (si, &system) in systems.iter().enumerate() {
                         let key = PointKey {
