@@ -332,6 +332,20 @@ async fn test_a_write_given_up_after_a_mark_does_not_fail_that_mark() {
     assert_eq!(lane.given_up_before(mark), None);
 }
 
+/// The in-flight budget follows the measured rate: the floor before a rate is known
+/// and on a slow link, what ships in 250 ms on a fast one, never past the cap.
+#[test]
+fn test_the_flying_budget_grows_with_the_measured_rate_between_floor_and_cap() {
+    let mut st = State::default();
+    assert_eq!(st.flying_budget(), MAX_FLYING_BYTES);
+    st.rate = Some(2e6);
+    assert_eq!(st.flying_budget(), MAX_FLYING_BYTES, "2 MB/s: the floor");
+    st.rate = Some(100e6);
+    assert_eq!(st.flying_budget(), 25_000_000, "100 MB/s: 250 ms of it");
+    st.rate = Some(1e9);
+    assert_eq!(st.flying_budget(), MAX_FLYING_BYTES_FAST, "1 GB/s: the cap");
+}
+
 /// Before a rate is known, a write larger than the first allowance may join one in
 /// flight (so the lane does not empty between them and its rate gets measured), but
 /// not a third.
