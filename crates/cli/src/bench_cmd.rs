@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use drove_paperbench::config::{
     parse_duration_ms, parse_ops, parse_parallel, parse_policies, Op, DEFAULT_IODEPTH,
 };
+use drove_paperbench::toxiproxy::WanProxyKind;
 use drove_paperbench::{Cancel, PaperConfig};
 use std::io::Write;
 use std::path::PathBuf;
@@ -26,6 +27,19 @@ pub enum BenchCmd {
     /// metadata leader and a follower of a 3-node cluster it starts (or --cluster-dir);
     /// ops/s with p50/p99 latency, written to results.md and results.json.
     Meta(crate::bench_meta::MetaArgs),
+    /// An emulated WAN for the benchmarks and tests: TCP proxies that delay each
+    /// direction by a fixed time and may cap its bandwidth, driven over HTTP on
+    /// --api with the part of toxiproxy's REST API `drove bench paper` uses (POST
+    /// /proxies, POST /proxies/NAME/toxics, DELETE /proxies/NAME/toxics/T, GET
+    /// /metrics). Runs until killed.
+    WanProxy(WanProxyArgs),
+}
+
+#[derive(Args)]
+pub struct WanProxyArgs {
+    /// Where the API listens: a loopback address and port.
+    #[arg(long, default_value = "127.0.0.1:8474")]
+    api: std::net::SocketAddr,
 }
 
 #[derive(Args)]
@@ -64,6 +78,10 @@ pub struct PaperArgs {
     /// paper's table then shows "n/a" for the rest.
     #[arg(long, value_name = "OPS")]
     ops: Option<String>,
+    /// The proxy that emulates the WAN: builtin (`drove bench wan-proxy`, lighter) or
+    /// toxiproxy (installed with go install) [default: builtin].
+    #[arg(long, value_name = "builtin|toxiproxy")]
+    wan_proxy: Option<String>,
     /// A small version for the test suite (2 zones x 2 nodes, X = 1,2, 16M, 2 s, 1
     /// repeat, policy sync); explicit options still win.
     #[arg(long)]
@@ -113,6 +131,7 @@ fn config(a: PaperArgs) -> Result<PaperConfig> {
             Some(s) => parse_ops(s)?,
             None => Op::ALL.to_vec(),
         },
+        wan_proxy: WanProxyKind::parse(a.wan_proxy.as_deref().unwrap_or("builtin"))?,
         iodepth: DEFAULT_IODEPTH,
         out: std::path::absolute(&out).unwrap_or(out),
         drove_bin: std::env::current_exe().context("Cannot find the drove binary")?,
@@ -126,6 +145,11 @@ pub async fn run(cmd: BenchCmd, ctx: &Ctx) -> Result<()> {
     let a = match cmd {
         BenchCmd::Paper(a) => a,
         BenchCmd::Meta(a) => return crate::bench_meta::run(a, ctx.json).await,
+        BenchCmd::WanProxy(a) => {
+            return drove_wanproxy::run(a.api)
+                .await
+                .with_context(|| format!("The WAN proxy cannot serve its API on {}", a.api));
+        }
     };
     let cfg = config(a)?;
     // Not eprintln!: SIGPIPE is ignored here, and a closed stderr must not panic.

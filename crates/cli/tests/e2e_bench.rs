@@ -1,11 +1,12 @@
 //! `drove bench paper --quick` end to end, with the real binary, a real cluster,
-//! real qemu-nbd, fio and toxiproxy: the outputs are complete (every point of both
+//! real qemu-nbd, fio and drove's WAN proxy: the outputs are complete (every point of both
 //! systems, drove with the sync policy and the baseline, positive throughput), the
 //! indexes in results.md are the ones the measured numbers give, and the charts
 //! exist when matplotlib is installed. Both policies in one run take about 60%
 //! longer; their tables and schedule are unit-tested in drove-paperbench.
 mod common;
 use common::require_ok;
+use drove_paperbench::toxiproxy::WanProxyKind;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -67,7 +68,7 @@ fn md_row(md: &str, section: &str, op: &str, x: u32) -> Vec<String> {
 
 #[test]
 fn test_bench_paper_quick_outputs_are_complete() {
-    let missing = drove_paperbench::missing_tools();
+    let missing = drove_paperbench::missing_tools(WanProxyKind::Builtin);
     let found = if missing.is_empty() {
         Ok(())
     } else {

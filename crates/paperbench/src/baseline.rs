@@ -1,7 +1,7 @@
 //! The centralized baseline: the "one iSCSI/NFS box" of today's hosting, as one
 //! qemu-nbd server per client disk (a raw file each), all in zone 1. Clients in
 //! zone 1 connect to it directly over TCP; clients of other zones reach it through
-//! a toxiproxy proxy, the same WAN as drove's nodes see.
+//! a WAN proxy, the same WAN as drove's nodes see.
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -174,6 +174,8 @@ pub struct PaperConfig {
     pub policies: Vec<WritePolicy>,
     /// Operations measured, in [`Op::ALL`] order (all four unless `--ops` chose).
     pub ops: Vec<Op>,
+    /// The proxy server that emulates the WAN.
+    pub wan_proxy: crate::toxiproxy::WanProxyKind,
     /// fio queue depth of every client.
     pub iodepth: u32,
     /// Output directory.
@@ -287,6 +289,7 @@ impl PaperConfig {
             copies: 3,
             policies,
             ops: Op::ALL.to_vec(),
+            wan_proxy: crate::toxiproxy::WanProxyKind::Builtin,
             iodepth: DEFAULT_IODEPTH,
             out: PathBuf::from("out"),
             drove_bin: PathBuf::from("drove"),

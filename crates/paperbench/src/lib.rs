@@ -5,7 +5,8 @@
 //!
 //! This crate sits outside the data path: it drives real processes from the outside.
 //! It starts a drove cluster with the `drove` binary, routes every node-to-node
-//! connection between zones through a toxiproxy latency proxy (the WAN), starts the
+//! connection between zones through a delay proxy (the WAN: `drove bench wan-proxy`,
+//! or toxiproxy with `--wan-proxy toxiproxy`), starts the
 //! baseline's qemu-nbd servers behind the same kind of proxy, and runs fio
 //! (`ioengine=nbd`) clients in parallel. It reads throughput from fio's JSON, bytes
 //! moved from the nodes' `/metrics`, machine load from `/proc/stat`, and writes

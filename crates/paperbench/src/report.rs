@@ -164,7 +164,7 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
          client's. Baseline: one qemu-nbd per client disk (raw file, writeback cache), all in \
          zone 1; zone-1 clients connect directly over TCP, the others through the proxy. At \
          every point the systems run one after the other ({order}), each repeat in turn.\n\
-         - WAN: toxiproxy latency toxics of {d} ms on both directions of every cross-zone \
+         - WAN: {proxy} of {d} ms on both directions of every cross-zone \
          connection (each drove node to each node of another zone; each baseline client \
          outside zone 1 to its server). Delay 0 = the same proxies without toxics. Same-zone \
          connections are direct.\n\
@@ -174,9 +174,9 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
          held {} connection(s) to their proxies and {} straight to a node of another zone \
          (from /proc: the routes files are in effect). Over the whole run the nodes counted \
          {} MB of cross-zone peer traffic (sent + received) and drove's proxies carried {} MB \
-         (toxiproxy's count, read when the connections closed at the end).\n\
+         (the proxy's count, read when the connections closed at the end).\n\
          - CPU: /proc/stat is read around every run; a run with the machine more than {:.0}% \
-         busy marks its point CPU-bound. The experiment's own share (nodes, toxiproxy, \
+         busy marks its point CPU-bound. The experiment's own share (nodes, the proxy, \
          qemu-nbd, fio, from /proc/PID/stat) is in results.csv (`experiment_cpu_pct`).\n",
         cfg.runtime_secs,
         cfg.repeat,
@@ -190,6 +190,12 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         mb(dc.run_proxy_bytes),
         CPU_BOUND_BUSY * 100.0,
         z = cfg.zones,
+        proxy = match cfg.wan_proxy {
+            crate::toxiproxy::WanProxyKind::Builtin => {
+                "drove's WAN proxy (`drove bench wan-proxy`), delays"
+            }
+            crate::toxiproxy::WanProxyKind::Toxiproxy => "toxiproxy latency toxics",
+        },
     );
 
     report_compare::throughput_section(&mut s, cfg, pts);

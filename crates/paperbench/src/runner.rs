@@ -1,4 +1,4 @@
-//! The whole experiment, in order: check the tools, start toxiproxy and the drove
+//! The whole experiment, in order: check the tools, start the WAN proxy and the drove
 //! cluster, lay out the WAN (routes files before any I/O), create one disk per
 //! client on every system (one drove VDI per client and write policy, in the one
 //! cluster), prefill them, check that cross-zone traffic goes through the proxies,
@@ -29,14 +29,15 @@ use crate::results::{
     indexes_csv, points_csv, write_text, DelayCheck, PointResult, RepeatSample, Report, Traffic,
 };
 use crate::sockets;
-use crate::toxiproxy::{self, Toxiproxy};
+use crate::toxiproxy::{self, Toxiproxy, WanProxyKind};
 use crate::wan::{client_node, cross_zone_pairs, http_rtt, nbd_rtt, require_delay};
 
 /// Name of the proxy used for the delay check (to node 1's admin port).
 const CHECK_PROXY: &str = "check-admin";
 
-/// What is missing to run the experiment (empty when everything is there).
-pub fn missing_tools() -> Vec<String> {
+/// What is missing to run the experiment with `wan_proxy` (empty when everything is
+/// there).
+pub fn missing_tools(wan_proxy: WanProxyKind) -> Vec<String> {
     let mut m = Vec::new();
     if !on_path("fio") {
         m.push("fio (apt-get install fio)".to_string());
@@ -44,7 +45,7 @@ pub fn missing_tools() -> Vec<String> {
     if !on_path("qemu-nbd") {
         m.push("qemu-nbd (apt-get install qemu-utils)".to_string());
     }
-    if toxiproxy::find_binary().is_none() {
+    if wan_proxy == WanProxyKind::Toxiproxy && toxiproxy::find_binary().is_none() {
         m.push(format!("toxiproxy ({})", toxiproxy::INSTALL_HINT));
     }
     m
@@ -54,20 +55,19 @@ pub fn missing_tools() -> Vec<String> {
 /// is stopped before this returns).
 pub fn run(cfg: &PaperConfig, cancel: &Cancel) -> Result<Report> {
     cfg.validate()?;
-    let missing = missing_tools();
+    let missing = missing_tools(cfg.wan_proxy);
     if !missing.is_empty() {
         bail!("Missing tools: {}", missing.join("; "));
     }
     if !cfg.drove_bin.is_file() {
         bail!("No drove binary at {}", cfg.drove_bin.display());
     }
-    let tox_bin = toxiproxy::find_binary().ok_or_else(|| anyhow!("toxiproxy disappeared"))?;
     std::fs::create_dir_all(&cfg.out)
         .with_context(|| format!("Cannot create {}", cfg.out.display()))?;
     let work = cfg.out.join(format!("work-{}", std::process::id()));
     std::fs::create_dir_all(work.join("fio"))
         .with_context(|| format!("Cannot create {}", work.display()))?;
-    let res = run_in(cfg, &work, &tox_bin, cancel);
+    let res = run_in(cfg, &work, cancel);
     match &res {
         Ok(_) => {
             let _ = std::fs::remove_dir_all(&work);
@@ -99,16 +99,21 @@ fn prune_keep_logs(dir: &Path) {
 fn start_rig(
     cfg: &PaperConfig,
     work: &Path,
-    tox_bin: &Path,
     cancel: &Cancel,
 ) -> Result<(Rig, Vec<String>, String)> {
-    let toxi = Toxiproxy::start(tox_bin, &work.join("toxiproxy.log"), cancel)?;
+    let toxi = Toxiproxy::start_kind(
+        cfg.wan_proxy,
+        &cfg.drove_bin,
+        &work.join("wan-proxy.log"),
+        cancel,
+    )?;
     say!(
-        "starting drove: {} zones x {} nodes, copies {}, write policies {}; toxiproxy API at {}",
+        "starting drove: {} zones x {} nodes, copies {}, write policies {}; WAN proxy ({}) API at {}",
         cfg.zones,
         cfg.nodes_per_zone,
         cfg.copies,
         cfg.policies_text(),
+        cfg.wan_proxy.name(),
         toxi.api()
     );
     let cluster = DroveCluster::start(
@@ -314,9 +319,9 @@ fn add_delay(
     Ok(())
 }
 
-fn run_in(cfg: &PaperConfig, work: &Path, tox_bin: &Path, cancel: &Cancel) -> Result<Report> {
+fn run_in(cfg: &PaperConfig, work: &Path, cancel: &Cancel) -> Result<Report> {
     let started = Instant::now();
-    let (mut rig, proxies, check_listen) = start_rig(cfg, work, tox_bin, cancel)?;
+    let (mut rig, proxies, check_listen) = start_rig(cfg, work, cancel)?;
     let mut dc = DelayCheck::default();
     prefill_and_check_routes(&mut rig, cfg, cancel, &mut dc)?;
     dc.rtt_no_delay_ms = http_rtt(&check_listen, "/api/status")?.as_secs_f64() * 1e3;

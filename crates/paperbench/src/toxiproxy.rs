@@ -5,6 +5,9 @@
 //! trip grows by twice the delay. Driven through its REST API on 127.0.0.1:
 //! `POST /proxies`, `POST /proxies/{name}/toxics`, and `GET /metrics` (bytes per
 //! proxy, enabled by `-proxy-metrics`).
+//!
+//! drove's own proxy (`drove bench wan-proxy`, crate drove-wanproxy) speaks the same
+//! part of that API, so [`Toxiproxy`] drives either: [`WanProxyKind`] chooses.
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -63,7 +66,35 @@ pub fn find_binary() -> Option<PathBuf> {
     (cand.is_file() && is_toxiproxy(&cand)).then_some(cand)
 }
 
-/// A running toxiproxy server, killed when dropped.
+/// Which proxy server emulates the WAN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WanProxyKind {
+    /// `drove bench wan-proxy`, run from the drove binary under test.
+    Builtin,
+    /// toxiproxy (found by [`find_binary`]).
+    Toxiproxy,
+}
+
+impl WanProxyKind {
+    /// The name `--wan-proxy` takes and results.md shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            WanProxyKind::Builtin => "builtin",
+            WanProxyKind::Toxiproxy => "toxiproxy",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Result<WanProxyKind> {
+        match s {
+            "builtin" => Ok(WanProxyKind::Builtin),
+            "toxiproxy" => Ok(WanProxyKind::Toxiproxy),
+            _ => bail!("Unknown WAN proxy '{s}': use builtin or toxiproxy"),
+        }
+    }
+}
+
+/// A running proxy server (toxiproxy or drove's), killed when dropped.
 #[derive(Debug)]
 pub struct Toxiproxy {
     guard: ProcGuard,
@@ -71,28 +102,64 @@ pub struct Toxiproxy {
 }
 
 impl Toxiproxy {
-    /// Start `bin` on a free port of 127.0.0.1, its log in `log`.
+    /// Start toxiproxy `bin` on a free port of 127.0.0.1, its log in `log`.
     pub fn start(bin: &Path, log: &Path, cancel: &Cancel) -> Result<Self> {
         let port = free_port()?;
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "-host",
+            "127.0.0.1",
+            "-port",
+            &port.to_string(),
+            "-proxy-metrics",
+        ]);
+        Self::start_cmd(cmd, "toxiproxy", port, log, cancel)
+    }
+
+    /// Start drove's own proxy server (`drove bench wan-proxy`) from `drove_bin`.
+    pub fn start_builtin(drove_bin: &Path, log: &Path, cancel: &Cancel) -> Result<Self> {
+        let port = free_port()?;
+        let mut cmd = Command::new(drove_bin);
+        cmd.args(["bench", "wan-proxy", "--api", &format!("127.0.0.1:{port}")]);
+        Self::start_cmd(cmd, "drove bench wan-proxy", port, log, cancel)
+    }
+
+    /// Start the server `kind` names (`drove_bin` runs the builtin one).
+    pub fn start_kind(
+        kind: WanProxyKind,
+        drove_bin: &Path,
+        log: &Path,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        match kind {
+            WanProxyKind::Builtin => Self::start_builtin(drove_bin, log, cancel),
+            WanProxyKind::Toxiproxy => {
+                let bin = find_binary()
+                    .ok_or_else(|| anyhow!("toxiproxy is not installed: {INSTALL_HINT}"))?;
+                Self::start(&bin, log, cancel)
+            }
+        }
+    }
+
+    fn start_cmd(
+        mut cmd: Command,
+        what: &str,
+        port: u16,
+        log: &Path,
+        cancel: &Cancel,
+    ) -> Result<Self> {
         let out = std::fs::File::create(log)
             .with_context(|| format!("Cannot create {}", log.display()))?;
-        let child = Command::new(bin)
-            .args([
-                "-host",
-                "127.0.0.1",
-                "-port",
-                &port.to_string(),
-                "-proxy-metrics",
-            ])
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .with_context(|| format!("Cannot start toxiproxy ({})", bin.display()))?;
-        let mut guard = ProcGuard::new(child, "toxiproxy");
+            .with_context(|| format!("Cannot start {what}"))?;
+        let mut guard = ProcGuard::new(child, what);
         let api = format!("127.0.0.1:{port}");
         wait_port(&api, &mut guard, Duration::from_secs(15), cancel)
-            .with_context(|| format!("toxiproxy did not start; see {}", log.display()))?;
+            .with_context(|| format!("{what} did not start; see {}", log.display()))?;
         let t = Toxiproxy { guard, api };
         let v = http::get_ok(&t.api, "/version", API_TIMEOUT)?;
         if v.trim().is_empty() {
