@@ -1,10 +1,18 @@
 //! Keeps the data path in step with the metadata: every applied change swaps in the
 //! new cluster map, updates open volumes (resize) and deletes the local objects of
 //! VDIs that were deleted. The data path itself never waits on Raft.
+//!
+//! Deleting objects means listing every object this node stores, so it is done when
+//! a VDI left the table, not at every change (a lock taken anywhere in the cluster
+//! used to make every node list its whole store), and every [`SWEEP_EVERY`]: a write
+//! admitted just before its VDI's delete may land after the sweep that followed it.
 use drove_meta::{Meta, MetaState};
 use drove_replica::{Catalog, LocalStore, MapCell, Recoverer, View};
-use std::collections::BTreeSet;
+use drove_types::{VdiId, VdiInfo};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::exports::VdiExports;
 
@@ -24,6 +32,13 @@ pub async fn follow(
     // The epoch maps only grow, at epoch changes: copied once per change, not at
     // every metadata change.
     let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
+    // The VDI ids of the last table after which nothing was left to sweep (`None`
+    // until the first sweep), whether a sweep is owed, and when the next is due in
+    // any case.
+    let mut swept: Option<BTreeSet<u32>> = None;
+    let mut owed = false;
+    let mut next_sweep = Instant::now() + SWEEP_EVERY;
+    let mut by_id = ById::default();
     loop {
         let state: Arc<MetaState> = rx.borrow_and_update().clone();
         if state.removed.contains(&me) {
@@ -32,20 +47,92 @@ pub async fn follow(
         }
         let current = Arc::new(state.map.clone());
         map.set(current.clone());
+        let table_changed = by_id.update(&state.vdis);
         // Before recovery sees the new epoch: requests admitted at an epoch are then
         // judged on a catalog at least that new.
-        local.catalog().publish(catalog_of(&state, current));
+        local
+            .catalog()
+            .publish(catalog_of(&state, current.clone(), &by_id));
         if history.len() != state.epoch_history.len() {
             history = Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect());
         }
-        recoverer.update(view_of(&state, &history), state.settings.recovery_mib_s);
+        let view = View {
+            map: current,
+            vdis: by_id.vdis.clone(),
+            history: history.clone(),
+        };
+        recoverer.update(view, state.settings.recovery_mib_s);
         exports.refresh(&state);
-        hand_over(&state, me, &exports, &mut handed);
-        collect_garbage(&state, local.store()).await;
-        if rx.changed().await.is_err() {
-            return;
+        hand_over(&state, me, &exports, &by_id, &mut handed);
+        if table_changed {
+            if sweep_due(swept.as_ref(), &by_id.live) {
+                owed = true;
+            } else {
+                swept = Some(by_id.live.clone());
+            }
+        }
+        if owed || Instant::now() >= next_sweep {
+            let done = collect_garbage(&state, by_id.live.clone(), local.store()).await;
+            owed = !done;
+            if done {
+                swept = Some(by_id.live.clone());
+            }
+            next_sweep = Instant::now() + if done { SWEEP_EVERY } else { SWEEP_RETRY };
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() {
+                return;
+            },
+            () = tokio::time::sleep_until(next_sweep) => {}
         }
     }
+}
+
+/// The VDI table by id, and what the watcher derives from it, rebuilt only when the
+/// metadata's table changed: the table is shared between metadata states (an `Arc`),
+/// so most changes (locks, node verdicts) keep the same one, and a lock taken used to
+/// copy every VDI record twice on every node.
+#[derive(Default)]
+struct ById {
+    /// The table this was built from.
+    from: Option<Arc<BTreeMap<String, VdiInfo>>>,
+    /// The VDIs by id (the catalog's and recovery's).
+    vdis: Arc<BTreeMap<VdiId, VdiInfo>>,
+    /// Their ids.
+    live: BTreeSet<u32>,
+    /// The snapshots' ids: no generation may write them.
+    snapshots: Vec<VdiId>,
+}
+
+impl ById {
+    /// Follow `table`; whether it differs from the one before.
+    fn update(&mut self, table: &Arc<BTreeMap<String, VdiInfo>>) -> bool {
+        if self.from.as_ref().is_some_and(|f| Arc::ptr_eq(f, table)) {
+            return false;
+        }
+        self.vdis = Arc::new(table.values().map(|v| (v.id, v.clone())).collect());
+        self.live = table.values().map(|v| v.id.0).collect();
+        self.snapshots = table
+            .values()
+            .filter(|v| v.snapshot)
+            .map(|v| v.id)
+            .collect();
+        self.from = Some(table.clone());
+        true
+    }
+}
+
+/// The longest time between two sweeps for objects of deleted VDIs.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// When a sweep could not be made (the node is catching up, the store failed), it is
+/// tried again at the next change or after this long.
+const SWEEP_RETRY: Duration = Duration::from_secs(5);
+
+/// Whether objects of deleted VDIs must be looked for now: before the first sweep,
+/// and when a VDI of the last state swept (or found with nothing to sweep) is no
+/// longer in the table. VDIs that only appeared need none.
+fn sweep_due(swept: Option<&BTreeSet<u32>>, live: &BTreeSet<u32>) -> bool {
+    swept.is_none_or(|before| !before.is_subset(live))
 }
 
 /// A node asked for the lock of a VDI this node holds: hand it over (once per
@@ -54,6 +141,7 @@ fn hand_over(
     state: &MetaState,
     me: drove_types::NodeId,
     exports: &Arc<VdiExports>,
+    by_id: &ById,
     handed: &mut BTreeSet<(u32, u64)>,
 ) {
     for (vdi, lock) in &state.locks {
@@ -63,7 +151,7 @@ fn hand_over(
         if !handed.insert((vdi.0, lock.generation)) {
             continue;
         }
-        let Some(info) = state.vdis.values().find(|v| v.id == *vdi) else {
+        let Some(info) = by_id.vdis.get(vdi) else {
             continue;
         };
         let Some(vol) = exports.volume(&info.name) else {
@@ -77,14 +165,19 @@ fn hand_over(
     }
 }
 
-/// Delete local objects whose VDI is no longer in the table. VDI ids are never
-/// reused, so an object of an unknown id can only belong to a deleted VDI.
-async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::ObjectStore>) {
+/// Delete local objects whose VDI is not in `live`, the ids of the table. VDI ids are
+/// never reused, so an object of an unknown id can only belong to a deleted VDI.
+/// Whether the sweep was made (not before the node knows the cluster, nor when the
+/// store failed).
+async fn collect_garbage(
+    state: &MetaState,
+    live: BTreeSet<u32>,
+    store: &Arc<dyn drove_objstore::ObjectStore>,
+) -> bool {
     if state.map.nodes.is_empty() {
         // Not caught up with the log yet: an empty table means nothing.
-        return;
+        return false;
     }
-    let live: BTreeSet<u32> = state.vdis.values().map(|v| v.id.0).collect();
     let next = state.next_vdi_id;
     let res = drove_replica::local::blocking(store, move |s| {
         let mut removed = 0usize;
@@ -98,33 +191,60 @@ async fn collect_garbage(state: &MetaState, store: &Arc<dyn drove_objstore::Obje
     })
     .await;
     match res {
-        Ok(0) => {}
-        Ok(n) => tracing::info!("deleted {n} objects of deleted VDIs"),
-        Err(e) => tracing::warn!("cannot delete objects of deleted VDIs: {e}"),
+        Ok(0) => true,
+        Ok(n) => {
+            tracing::info!("deleted {n} objects of deleted VDIs");
+            true
+        }
+        Err(e) => {
+            tracing::warn!("cannot delete objects of deleted VDIs: {e}");
+            false
+        }
     }
 }
 
 /// What the peer side checks requests against: the VDIs, the generations handed
 /// out (every one fences older writers here; a snapshot is frozen, so no generation
 /// may write it) and the map.
-fn catalog_of(state: &MetaState, map: Arc<drove_types::ClusterMap>) -> Catalog {
+fn catalog_of(state: &MetaState, map: Arc<drove_types::ClusterMap>, by_id: &ById) -> Catalog {
     let mut generations = state.lock_generations.clone();
-    for v in state.vdis.values().filter(|v| v.snapshot) {
-        generations.insert(v.id, u64::MAX);
+    for &id in &by_id.snapshots {
+        generations.insert(id, u64::MAX);
     }
     Catalog {
         map,
-        vdis: state.vdis.values().map(|v| (v.id, v.clone())).collect(),
+        vdis: by_id.vdis.clone(),
         next_vdi_id: state.next_vdi_id,
         generations,
     }
 }
 
-/// What recovery needs from a metadata state.
-fn view_of(state: &MetaState, history: &Arc<Vec<drove_types::ClusterMap>>) -> View {
-    View {
-        map: Arc::new(state.map.clone()),
-        vdis: state.vdis.values().map(|v| (v.id, v.clone())).collect(),
-        history: history.clone(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u32]) -> BTreeSet<u32> {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn test_a_sweep_is_due_first_and_when_a_vdi_left_the_table_only() {
+        assert!(sweep_due(None, &ids(&[])), "the first state is swept");
+        assert!(
+            !sweep_due(Some(&ids(&[1, 2])), &ids(&[1, 2])),
+            "nothing changed"
+        );
+        assert!(
+            !sweep_due(Some(&ids(&[1, 2])), &ids(&[1, 2, 3])),
+            "a VDI created leaves nothing behind"
+        );
+        assert!(
+            sweep_due(Some(&ids(&[1, 2])), &ids(&[2, 3])),
+            "VDI 1 was deleted"
+        );
+        assert!(
+            sweep_due(Some(&ids(&[1])), &ids(&[])),
+            "the last VDI was deleted"
+        );
     }
 }

@@ -9,6 +9,7 @@ use drove_types::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Largest VDI: 1 PiB.
 pub const MAX_VDI_SIZE: u64 = 1 << 50;
@@ -127,10 +128,13 @@ pub struct VdiLock {
 pub struct MetaState {
     /// The cluster map; its epoch grows by one at every node add, remove or state change.
     pub map: ClusterMap,
-    /// Every epoch change, oldest first; never truncated.
-    pub epoch_history: Vec<EpochRecord>,
-    /// The VDI table, by name.
-    pub vdis: BTreeMap<String, VdiInfo>,
+    /// Every epoch change, oldest first; never truncated. Shared between states
+    /// (an `Arc`): the state machine copies its state at every applied batch of
+    /// entries that readers still hold, and this list only changes at an epoch.
+    pub epoch_history: Arc<Vec<EpochRecord>>,
+    /// The VDI table, by name. Shared between states as the history is: a command
+    /// that changes no VDI (a lock, a node verdict) copies none.
+    pub vdis: Arc<BTreeMap<String, VdiInfo>>,
     /// The id the next VDI gets; ids are never reused.
     pub next_vdi_id: u32,
     /// The id the next joining node gets (the bootstrap node is 1).
@@ -181,8 +185,8 @@ impl Default for MetaState {
     fn default() -> Self {
         MetaState {
             map: ClusterMap::default(),
-            epoch_history: Vec::new(),
-            vdis: BTreeMap::new(),
+            epoch_history: Arc::default(),
+            vdis: Arc::default(),
             next_vdi_id: 1,
             next_node_id: 2,
             settings: Settings::default(),
@@ -651,13 +655,13 @@ impl MetaState {
                 if !force {
                     self.refuse_if_written(name, id, now)?;
                 }
-                self.vdis.remove(name);
+                Arc::make_mut(&mut self.vdis).remove(name);
                 self.locks.remove(&id);
                 self.broken.remove(&id);
                 Ok(Reply::Done)
             }
             Command::ResizeVdi { name, size } => {
-                let Some(vdi) = self.vdis.get_mut(name) else {
+                let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
                     return Err(no_vdi(name));
                 };
                 check_size(*size, vdi.object_size)?;
@@ -704,7 +708,7 @@ impl MetaState {
                 Ok(Reply::Done)
             }
             Command::SetMinCopies { name, min_copies } => {
-                let Some(vdi) = self.vdis.get_mut(name) else {
+                let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
                     return Err(no_vdi(name));
                 };
                 if let Some(m) = min_copies {
@@ -888,11 +892,11 @@ impl MetaState {
             ));
         }
         self.refuse_if_written(name, vdi.id, now)?;
-        let Some(mut vdi) = self.vdis.remove(name) else {
+        let Some(mut vdi) = Arc::make_mut(&mut self.vdis).remove(name) else {
             return Err(no_vdi(name));
         };
         vdi.name = to.to_string();
-        self.vdis.insert(to.to_string(), vdi.clone());
+        Arc::make_mut(&mut self.vdis).insert(to.to_string(), vdi.clone());
         Ok(Reply::Vdi(vdi))
     }
 
@@ -950,7 +954,7 @@ impl MetaState {
         // at the first lock: before it nothing was written, so no object moves.
         if generation == 1 {
             let zone = self.map.node(node).map(|n| n.zone.clone());
-            if let Some(v) = self.vdis.get_mut(vdi) {
+            if let Some(v) = Arc::make_mut(&mut self.vdis).get_mut(vdi) {
                 if v.home_zone.is_none() && !v.snapshot {
                     v.home_zone = zone;
                 }
@@ -1076,7 +1080,7 @@ impl MetaState {
             past_homes: Vec::new(),
         };
         self.next_vdi_id = next;
-        self.vdis.insert(name.to_string(), info.clone());
+        Arc::make_mut(&mut self.vdis).insert(name.to_string(), info.clone());
         Ok(Reply::Vdi(info))
     }
 
@@ -1106,7 +1110,7 @@ impl MetaState {
 
     fn bump_epoch(&mut self, now: u64, change: String) {
         self.map.epoch = Epoch(self.map.epoch.0 + 1);
-        self.epoch_history.push(EpochRecord {
+        Arc::make_mut(&mut self.epoch_history).push(EpochRecord {
             epoch: self.map.epoch,
             at_unix: now,
             change,

@@ -24,8 +24,9 @@ pub const META_WAIT: Duration = Duration::from_secs(2);
 pub struct Catalog {
     /// The cluster map.
     pub map: Arc<ClusterMap>,
-    /// The VDIs (snapshots included) by id.
-    pub vdis: BTreeMap<VdiId, VdiInfo>,
+    /// The VDIs (snapshots included) by id; shared with recovery's [`crate::View`]
+    /// and between catalogs while the VDI table does not change.
+    pub vdis: Arc<BTreeMap<VdiId, VdiInfo>>,
     /// Ids below this were handed out; the ones not in `vdis` are deleted.
     pub next_vdi_id: u32,
     /// The newest lock generation handed out per VDI (a snapshot's is `u64::MAX`:
@@ -170,7 +171,7 @@ mod tests {
     fn catalog(live: &[u32], next: u32, gens: &[(u32, u64)]) -> Catalog {
         Catalog {
             map: Arc::default(),
-            vdis: live.iter().map(|&i| (VdiId(i), vdi(i))).collect(),
+            vdis: Arc::new(live.iter().map(|&i| (VdiId(i), vdi(i))).collect()),
             next_vdi_id: next,
             generations: gens.iter().map(|&(v, g)| (VdiId(v), g)).collect(),
         }

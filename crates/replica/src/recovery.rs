@@ -40,8 +40,8 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct View {
     /// The current map.
     pub map: Arc<ClusterMap>,
-    /// Live VDIs by id.
-    pub vdis: BTreeMap<VdiId, VdiInfo>,
+    /// Live VDIs by id (shared with the [`crate::Catalog`] of the same state).
+    pub vdis: Arc<BTreeMap<VdiId, VdiInfo>>,
     /// The map of every epoch, oldest first (the epoch history).
     pub history: Arc<Vec<ClusterMap>>,
 }
@@ -183,7 +183,7 @@ impl Recoverer {
         self.view_tx.send_if_modified(|cur| {
             let changed = cur.map.epoch != view.map.epoch
                 || cur.map.nodes.is_empty() != view.map.nodes.is_empty()
-                || cur.vdis != view.vdis;
+                || !(Arc::ptr_eq(&cur.vdis, &view.vdis) || cur.vdis == view.vdis);
             if changed {
                 *cur = Arc::new(view);
             }
@@ -838,7 +838,7 @@ mod tests {
         m3.nodes.remove(&first[0]);
         let view = |maps: Vec<ClusterMap>| View {
             map: Arc::new(maps.last().unwrap().clone()),
-            vdis: BTreeMap::from([(vdi.id, vdi.clone())]),
+            vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
             history: Arc::new(maps),
         };
         let v2 = view(vec![m1.clone(), m2.clone()]);

@@ -30,7 +30,7 @@ async fn test_a_read_while_the_new_holders_recover_is_served_by_a_copy_placed_be
     let publish_vdi = |v: &VdiInfo| {
         for n in &nodes {
             let mut c = catalog(&n.map.get(), &[]);
-            c.vdis.insert(v.id, v.clone());
+            Arc::make_mut(&mut c.vdis).insert(v.id, v.clone());
             n.local.catalog().publish(c);
         }
     };

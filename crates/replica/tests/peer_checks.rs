@@ -159,7 +159,7 @@ async fn test_objects_of_vdis_that_do_not_exist_are_refused() {
         .unwrap();
     for n in &nodes {
         let mut c = (*n.local.catalog().get()).clone();
-        c.vdis.remove(&v.id);
+        Arc::make_mut(&mut c.vdis).remove(&v.id);
         n.local.catalog().publish(c);
     }
     let started = Instant::now();

@@ -41,7 +41,7 @@ async fn cluster_of(v: &VdiInfo) -> (Vec<TestNode>, Vec<Relay>) {
     for n in &nodes {
         let map = n.map.get();
         let mut c = catalog(&map, &[]);
-        c.vdis.insert(v.id, v.clone());
+        Arc::make_mut(&mut c.vdis).insert(v.id, v.clone());
         n.local.catalog().publish(c);
     }
     (nodes, relays)

@@ -85,7 +85,7 @@ fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume>
     };
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),
-        vdis: [(info.id, info.clone())].into(),
+        vdis: std::sync::Arc::new([(info.id, info.clone())].into()),
         next_vdi_id: 2,
         generations: [(info.id, 1)].into(),
     });

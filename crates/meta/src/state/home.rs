@@ -17,6 +17,8 @@
 //! was inside the lag when the home was lost, which `drove vdi promote` states first.
 use drove_types::{ErrorKind, NodeState, PastHome, VdiInfo, WritePolicy, MAX_PAST_HOMES};
 
+use std::sync::Arc;
+
 use super::{invalid, no_vdi, ApplyResult, Epoch, MetaState, Reply};
 
 impl MetaState {
@@ -31,7 +33,7 @@ impl MetaState {
     /// Give VDI `name` the home zone `zone` at a new epoch, keeping the old one.
     pub(super) fn move_home(&mut self, name: &str, zone: &str, now: u64, why: &str) {
         let next = Epoch(self.map.epoch.0 + 1);
-        let Some(v) = self.vdis.get_mut(name) else {
+        let Some(v) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
             return;
         };
         let old = v.home_zone.replace(zone.to_string());

@@ -10,6 +10,8 @@
 //! id's objects become garbage that every node deletes (ids are never reused).
 use drove_types::{validate_name, ErrorKind, NodeId, VdiId, VdiInfo};
 
+use std::sync::Arc;
+
 use super::{invalid, no_vdi, ApplyResult, MetaState, Reply};
 
 impl MetaState {
@@ -137,8 +139,8 @@ impl MetaState {
         if let Some(b) = self.broken.remove(&old.id) {
             self.broken.insert(id, b);
         }
-        self.vdis.insert(snap.to_string(), frozen);
-        self.vdis.insert(name.to_string(), live.clone());
+        Arc::make_mut(&mut self.vdis).insert(snap.to_string(), frozen);
+        Arc::make_mut(&mut self.vdis).insert(name.to_string(), live.clone());
         Ok(Reply::Vdi(live))
     }
 
@@ -170,7 +172,7 @@ impl MetaState {
             home_zone: None,
             ..parent
         };
-        self.vdis.insert(name.to_string(), info.clone());
+        Arc::make_mut(&mut self.vdis).insert(name.to_string(), info.clone());
         Ok(Reply::Vdi(info))
     }
 
@@ -225,12 +227,14 @@ impl MetaState {
             ..old.clone()
         };
         self.locks.remove(&old.id);
-        self.vdis.insert(name.to_string(), info.clone());
+        Arc::make_mut(&mut self.vdis).insert(name.to_string(), info.clone());
         Ok(Reply::Vdi(info))
     }
 
     pub(super) fn flattened(&mut self, name: &str, id: VdiId) -> ApplyResult {
-        let vdi = self.vdis.get_mut(name).ok_or_else(|| no_vdi(name))?;
+        let vdi = Arc::make_mut(&mut self.vdis)
+            .get_mut(name)
+            .ok_or_else(|| no_vdi(name))?;
         if vdi.id != id {
             return Err((
                 ErrorKind::Unavailable,
@@ -248,7 +252,7 @@ impl MetaState {
         if vdi.id != id || !vdi.ephemeral || !self.children_of(id).is_empty() {
             return Ok(Reply::Done);
         }
-        self.vdis.remove(name);
+        Arc::make_mut(&mut self.vdis).remove(name);
         self.locks.remove(&id);
         Ok(Reply::Done)
     }

@@ -429,3 +429,36 @@ fn test_breaking_refuses_snapshots_and_unknown_names_and_is_idempotent() {
     break_lock(&mut s, "vm").unwrap();
     assert_eq!(break_lock(&mut s, "vm"), Ok(Reply::Done), "broken twice");
 }
+
+/// A lock taken copies no VDI record and no epoch: the new state shares both with
+/// the one before (the state machine copies its state at every applied batch while
+/// readers hold the old one). A change of a VDI gives a new table and leaves the old
+/// state's as it was.
+#[test]
+fn test_a_lock_shares_the_vdi_table_with_the_state_before_and_a_resize_does_not() {
+    let mut s = state();
+    // The first grant gives the VDI its home zone: a change of its record.
+    acquire(&mut s, 1, 1000).unwrap();
+    release(&mut s, 1, 1);
+    let before = s.clone();
+    acquire(&mut s, 1, 2000).unwrap();
+    assert_ne!(before.locks, s.locks, "the lock was taken");
+    assert!(Arc::ptr_eq(&before.vdis, &s.vdis), "the table was copied");
+    assert!(Arc::ptr_eq(&before.epoch_history, &s.epoch_history));
+    let before = s.clone();
+    s.apply(
+        &Command::ResizeVdi {
+            name: "vm".into(),
+            size: 2 << 30,
+        },
+        3,
+    )
+    .unwrap();
+    assert!(!Arc::ptr_eq(&before.vdis, &s.vdis));
+    assert_eq!(
+        before.vdis["vm"].size,
+        1 << 30,
+        "the older state keeps its table"
+    );
+    assert_eq!(s.vdis["vm"].size, 2 << 30);
+}

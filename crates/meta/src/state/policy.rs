@@ -4,6 +4,8 @@
 //! the writer's gateway learns it without a reattach.
 use drove_types::{validate_max_lag, WritePolicy};
 
+use std::sync::Arc;
+
 use super::{invalid, no_vdi, ApplyResult, MetaState, Reply};
 
 impl MetaState {
@@ -16,7 +18,7 @@ impl MetaState {
     ) -> ApplyResult {
         // Check everything before changing anything: a refused command leaves the
         // record as it was.
-        let Some(vdi) = self.vdis.get_mut(name) else {
+        let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
             return Err(no_vdi(name));
         };
         if vdi.snapshot {

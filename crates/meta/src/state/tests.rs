@@ -124,7 +124,7 @@ fn test_every_epoch_record_keeps_its_map() {
         0,
     )
     .unwrap();
-    let h = &s.epoch_history;
+    let h = &*s.epoch_history;
     assert_eq!(h.len(), 3);
     for r in h {
         assert_eq!(r.map.epoch, r.epoch);

@@ -163,16 +163,18 @@ pub fn catalog(map: &ClusterMap, gens: &[(VdiId, u64)]) -> Catalog {
     generations.extend(gens.iter().copied());
     Catalog {
         map: Arc::new(map.clone()),
-        vdis: VDI_IDS
-            .iter()
-            .map(|&i| {
-                let v = VdiInfo {
-                    id: VdiId(i),
-                    ..vdi(ReplicationMode::Direct)
-                };
-                (v.id, v)
-            })
-            .collect(),
+        vdis: Arc::new(
+            VDI_IDS
+                .iter()
+                .map(|&i| {
+                    let v = VdiInfo {
+                        id: VdiId(i),
+                        ..vdi(ReplicationMode::Direct)
+                    };
+                    (v.id, v)
+                })
+                .collect(),
+        ),
         next_vdi_id: 100,
         generations,
     }
