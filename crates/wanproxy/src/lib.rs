@@ -198,33 +198,11 @@ impl Server {
     /// Serve the API on `api` until the task is dropped.
     pub async fn serve(self: Arc<Self>, api: TcpListener) {
         let router = Router::new()
-            .route("/version", get(|| async { answer(StatusCode::OK, json!({"version": "drove-wanproxy 1"})) }))
-            .route("/metrics", get(|State(s): State<Arc<Server>>| async move {
-                Answer {
-                    status: StatusCode::OK,
-                    body: s.metrics(),
-                    content_type: "text/plain; version=0.0.4",
-                }
-            }))
-            .route("/proxies", post(|State(s): State<Arc<Server>>, body: Bytes| async move {
-                match parse(&body) {
-                    Ok(v) => s.create(&v).await,
-                    Err(a) => a,
-                }
-            }))
-            .route("/proxies/{name}/toxics", post(
-                |State(s): State<Arc<Server>>, Path(name): Path<String>, body: Bytes| async move {
-                    match parse(&body) {
-                        Ok(v) => s.add_toxic(&name, &v),
-                        Err(a) => a,
-                    }
-                },
-            ))
-            .route("/proxies/{name}/toxics/{toxic}", delete(
-                |State(s): State<Arc<Server>>, Path((name, toxic)): Path<(String, String)>| async move {
-                    s.remove_toxic(&name, &toxic)
-                },
-            ))
+            .route("/version", get(version))
+            .route("/metrics", get(metrics))
+            .route("/proxies", post(create_proxy))
+            .route("/proxies/{name}/toxics", post(add_toxic))
+            .route("/proxies/{name}/toxics/{toxic}", delete(remove_toxic))
             .fallback(|uri: axum::http::Uri| async move {
                 refuse(StatusCode::NOT_FOUND, format!("No route {uri}"))
             })
@@ -433,6 +411,39 @@ impl Server {
         }
         s
     }
+}
+
+async fn version() -> Answer {
+    answer(StatusCode::OK, json!({"version": "drove-wanproxy 1"}))
+}
+
+async fn metrics(State(s): State<Arc<Server>>) -> Answer {
+    Answer {
+        status: StatusCode::OK,
+        body: s.metrics(),
+        content_type: "text/plain; version=0.0.4",
+    }
+}
+
+async fn create_proxy(State(s): State<Arc<Server>>, body: Bytes) -> Answer {
+    match parse(&body) {
+        Ok(v) => s.create(&v).await,
+        Err(a) => a,
+    }
+}
+
+async fn add_toxic(State(s): State<Arc<Server>>, Path(name): Path<String>, body: Bytes) -> Answer {
+    match parse(&body) {
+        Ok(v) => s.add_toxic(&name, &v),
+        Err(a) => a,
+    }
+}
+
+async fn remove_toxic(
+    State(s): State<Arc<Server>>,
+    Path((name, toxic)): Path<(String, String)>,
+) -> Answer {
+    s.remove_toxic(&name, &toxic)
 }
 
 /// Accept clients of one proxy and connect each to `upstream`.
