@@ -32,10 +32,8 @@ pub async fn follow(
     // The epoch maps only grow, at epoch changes: copied once per change, not at
     // every metadata change.
     let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
-    // The VDI ids of the last table after which nothing was left to sweep (`None`
-    // until the first sweep), whether a sweep is owed, and when the next is due in
-    // any case.
-    let mut swept: Option<BTreeSet<u32>> = None;
+    // Whether a sweep for objects of deleted VDIs is owed, and when the next is due
+    // in any case.
     let mut owed = false;
     let mut next_sweep = Instant::now() + SWEEP_EVERY;
     let mut by_id = ById::default();
@@ -47,7 +45,7 @@ pub async fn follow(
         }
         let current = Arc::new(state.map.clone());
         map.set(current.clone());
-        let table_changed = by_id.update(&state.vdis);
+        owed |= by_id.update(&state.vdis);
         // Before recovery sees the new epoch: requests admitted at an epoch are then
         // judged on a catalog at least that new.
         local
@@ -64,19 +62,9 @@ pub async fn follow(
         recoverer.update(view, state.settings.recovery_mib_s);
         exports.refresh(&state);
         hand_over(&state, me, &exports, &by_id, &mut handed);
-        if table_changed {
-            if sweep_due(swept.as_ref(), &by_id.live) {
-                owed = true;
-            } else {
-                swept = Some(by_id.live.clone());
-            }
-        }
         if owed || Instant::now() >= next_sweep {
             let done = collect_garbage(&state, by_id.live.clone(), local.store()).await;
             owed = !done;
-            if done {
-                swept = Some(by_id.live.clone());
-            }
             next_sweep = Instant::now() + if done { SWEEP_EVERY } else { SWEEP_RETRY };
         }
         tokio::select! {
@@ -105,20 +93,23 @@ struct ById {
 }
 
 impl ById {
-    /// Follow `table`; whether it differs from the one before.
+    /// Follow `table`; whether a sweep for objects of deleted VDIs is due because of
+    /// it ([`sweep_due`]: it is the first table, or a VDI left since the one before).
     fn update(&mut self, table: &Arc<BTreeMap<String, VdiInfo>>) -> bool {
         if self.from.as_ref().is_some_and(|f| Arc::ptr_eq(f, table)) {
             return false;
         }
+        let live: BTreeSet<u32> = table.values().map(|v| v.id.0).collect();
+        let due = sweep_due(self.from.is_some().then_some(&self.live), &live);
         self.vdis = Arc::new(table.values().map(|v| (v.id, v.clone())).collect());
-        self.live = table.values().map(|v| v.id.0).collect();
+        self.live = live;
         self.snapshots = table
             .values()
             .filter(|v| v.snapshot)
             .map(|v| v.id)
             .collect();
         self.from = Some(table.clone());
-        true
+        due
     }
 }
 
@@ -128,11 +119,13 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// tried again at the next change or after this long.
 const SWEEP_RETRY: Duration = Duration::from_secs(5);
 
-/// Whether objects of deleted VDIs must be looked for now: before the first sweep,
-/// and when a VDI of the last state swept (or found with nothing to sweep) is no
-/// longer in the table. VDIs that only appeared need none.
-fn sweep_due(swept: Option<&BTreeSet<u32>>, live: &BTreeSet<u32>) -> bool {
-    swept.is_none_or(|before| !before.is_subset(live))
+/// Whether objects of deleted VDIs must be looked for, going from a table with the
+/// VDI ids `before` (`None`: no table yet) to one with `live`: at the first table, and
+/// when a VDI of the one before is gone. VDIs that only appeared need none. A sweep
+/// owed and not yet made stays owed (see [`follow`]), so comparing each table with
+/// the one just before misses no deletion.
+fn sweep_due(before: Option<&BTreeSet<u32>>, live: &BTreeSet<u32>) -> bool {
+    before.is_none_or(|b| !b.is_subset(live))
 }
 
 /// A node asked for the lock of a VDI this node holds: hand it over (once per
