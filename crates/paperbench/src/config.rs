@@ -204,6 +204,13 @@ impl PaperConfig {
         self.parallel.iter().copied().max().unwrap_or(1)
     }
 
+    /// Bytes the disks take: every client's disk on each drove policy, `copies`
+    /// times, and once more for the baseline (all nodes share this host's disk).
+    pub fn disk_bytes(&self) -> u64 {
+        let per_copy = self.clients() as u64 * self.size;
+        per_copy * (self.policies.len() as u64 * u64::from(self.copies) + 1)
+    }
+
     /// The two delay phases: none, then `delay_ms`.
     pub fn delays(&self) -> [u64; 2] {
         [0, self.delay_ms]
@@ -397,6 +404,17 @@ pub fn parse_duration_ms(s: &str, bare_unit_ms: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_disk_bytes_count_every_copy_and_the_baseline() {
+        let mut c = PaperConfig::example(vec![WritePolicy::Sync, WritePolicy::ZoneSync]);
+        c.parallel = vec![1, 4, 8, 16];
+        c.size = 256 << 20;
+        // The default run: 16 disks of 256 MiB, 2 policies x 3 copies + baseline.
+        assert_eq!(c.disk_bytes(), 16 * (256 << 20) * 7);
+        c.policies = vec![WritePolicy::Sync];
+        assert_eq!(c.disk_bytes(), 16 * (256 << 20) * 4);
+    }
 
     #[test]
     fn test_parse_parallel_sorts_dedups_and_adds_one() {

@@ -1,10 +1,8 @@
-//! A minimal blocking HTTP/1.1 client over `std::net::TcpStream`, for the three
-//! local HTTP endpoints the harness talks to: toxiproxy's REST API, the nodes'
-//! `/metrics`, and the timed round trip of the delay check. One request per
-//! connection (`Connection: close`), body read to EOF, chunked bodies decoded.
-use anyhow::{anyhow, bail, Context, Result};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+//! A blocking HTTP client (ureq) for the three local HTTP endpoints the harness
+//! talks to: the WAN proxy's REST API, the nodes' `/metrics`, and the timed round
+//! trip of the delay check. A new connection per request, so that a timed request
+//! includes its connect, as a client's first request across the WAN would.
+use anyhow::{bail, Context, Result};
 use std::time::{Duration, Instant};
 
 /// An answer.
@@ -12,20 +10,14 @@ use std::time::{Duration, Instant};
 pub struct Response {
     /// HTTP status code.
     pub status: u16,
-    /// The body, decoded from chunked transfer if needed.
+    /// The body.
     pub body: String,
     /// Time from before connecting to the end of the answer.
     pub elapsed: Duration,
 }
 
-fn resolve(addr: &str) -> Result<SocketAddr> {
-    addr.to_socket_addrs()
-        .with_context(|| format!("Bad address {addr}"))?
-        .next()
-        .ok_or_else(|| anyhow!("Address {addr} resolves to nothing"))
-}
-
-/// Send one request to `addr` (host:port) and read the whole answer.
+/// Send one request to `addr` (host:port) and read the whole answer; an answer
+/// with any status is a `Response`, only a failure to get one is an error.
 pub fn request(
     addr: &str,
     method: &str,
@@ -33,80 +25,33 @@ pub fn request(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Response> {
-    let sa = resolve(addr)?;
+    let agent = ureq::AgentBuilder::new()
+        .timeout(timeout)
+        .max_idle_connections(0)
+        .build();
+    let url = format!("http://{addr}{path}");
     let start = Instant::now();
-    let mut s = TcpStream::connect_timeout(&sa, timeout)
-        .with_context(|| format!("Cannot connect to {addr}"))?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    let _ = s.set_nodelay(true);
-    let body = body.unwrap_or("");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes())
-        .with_context(|| format!("Cannot send to {addr}"))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .with_context(|| format!("Reading the answer of {addr}{path} failed"))?;
-    let elapsed = start.elapsed();
-    let (status, body) = parse_response(&raw).with_context(|| format!("{method} {addr}{path}"))?;
+    let req = agent
+        .request(method, &url)
+        .set("Content-Type", "application/json");
+    let res = match body {
+        Some(b) => req.send_string(b),
+        None => req.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(anyhow::Error::new(e)).with_context(|| format!("{method} {url}")),
+    };
+    let status = resp.status();
+    let body = resp
+        .into_string()
+        .with_context(|| format!("Reading the answer of {method} {url}"))?;
     Ok(Response {
         status,
         body,
-        elapsed,
+        elapsed: start.elapsed(),
     })
-}
-
-/// Split a raw HTTP/1.1 answer into status and (de-chunked) body.
-pub fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| anyhow!("Answer without a header end"))?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let body = &raw[split + 4..];
-    let status_line = head.lines().next().unwrap_or_default();
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("Bad status line '{status_line}'"))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-fn dechunk(mut b: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or_else(|| anyhow!("Truncated chunked body"))?;
-        let size_txt = String::from_utf8_lossy(&b[..eol]);
-        let size_hex = size_txt.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| anyhow!("Bad chunk size '{size_hex}'"))?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if b.len() < size {
-            bail!("Truncated chunk");
-        }
-        out.extend_from_slice(&b[..size]);
-        b = b.get(size + 2..).unwrap_or_default();
-    }
 }
 
 /// GET `path` and require a 2xx answer.
@@ -121,20 +66,7 @@ pub fn get_ok(addr: &str, path: &str, timeout: Duration) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn test_parse_plain_and_chunked_answers() {
-        let (s, b) =
-            parse_response(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok").unwrap();
-        assert_eq!((s, b.as_str()), (201, "ok"));
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n";
-        let (s, b) = parse_response(raw).unwrap();
-        assert_eq!((s, b.as_str()), (200, "hello world"));
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
-        assert!(parse_response(b"garbage\r\n\r\n").is_err());
-        let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
-        assert!(parse_response(bad).is_err());
-    }
+    use std::io::{Read, Write};
 
     #[test]
     fn test_request_against_a_local_server() {
@@ -153,5 +85,32 @@ mod tests {
         assert_eq!(body, "yes");
         let req = t.join().unwrap();
         assert!(req.starts_with("GET /version HTTP/1.1\r\n"), "{req}");
+    }
+
+    #[test]
+    fn test_an_error_status_is_an_answer_and_chunked_bodies_are_read() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut c, _) = l.accept().unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = c.read(&mut buf).unwrap();
+                c.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nno!\r\n0\r\n\r\n",
+                )
+                .unwrap();
+            }
+        });
+        let r = request(&addr, "DELETE", "/x", None, Duration::from_secs(5)).unwrap();
+        assert_eq!((r.status, r.body.as_str()), (404, "no!"));
+        let e = get_ok(&addr, "/x", Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("answered 404: no!"), "{e}");
+        t.join().unwrap();
+        // Nothing listens: an error, not an answer.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = gone.local_addr().unwrap().to_string();
+        drop(gone);
+        assert!(request(&dead, "GET", "/", None, Duration::from_secs(5)).is_err());
     }
 }

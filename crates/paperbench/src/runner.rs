@@ -64,6 +64,7 @@ pub fn run(cfg: &PaperConfig, cancel: &Cancel) -> Result<Report> {
     }
     std::fs::create_dir_all(&cfg.out)
         .with_context(|| format!("Cannot create {}", cfg.out.display()))?;
+    check_room(cfg)?;
     let work = cfg.out.join(format!("work-{}", std::process::id()));
     std::fs::create_dir_all(work.join("fio"))
         .with_context(|| format!("Cannot create {}", work.display()))?;
@@ -76,9 +77,105 @@ pub fn run(cfg: &PaperConfig, cancel: &Cancel) -> Result<Report> {
             // Keep the logs to explain the failure; drop the disks (gigabytes).
             prune_keep_logs(&work);
             say!("logs of the failed run are in {}", work.display());
+            for (file, lines) in warnings_in_logs(&work, WARNINGS_SHOWN) {
+                say!("last warnings in {}:", file.display());
+                for l in lines {
+                    say!("  {l}");
+                }
+            }
         }
     }
     res
+}
+
+/// Refuse to start without room for the disks and a quarter more (a node marked
+/// down has its share copied elsewhere while its own copies stay, and every node
+/// is on this host's one disk) plus 1 GiB: a full disk 20 minutes in fails the run
+/// with EIO, as it did on 2026-11-24.
+fn check_room(cfg: &PaperConfig) -> Result<()> {
+    const GIB: u64 = 1 << 30;
+    let need = cfg.disk_bytes() + cfg.disk_bytes() / 4 + GIB;
+    let Some(free) = free_bytes(&cfg.out) else {
+        say!(
+            "warning: cannot tell the free space of {}",
+            cfg.out.display()
+        );
+        return Ok(());
+    };
+    if free < need {
+        bail!(
+            "Not enough disk space in {}: this run needs about {:.1} GiB ({} disks of {} MiB on {} system(s),              drove's {} times) and has {:.1} GiB free; use a smaller --size or --parallel, or free space",
+            cfg.out.display(),
+            need as f64 / GIB as f64,
+            cfg.clients(),
+            cfg.size >> 20,
+            cfg.policies.len() + 1,
+            cfg.copies,
+            free as f64 / GIB as f64
+        );
+    }
+    Ok(())
+}
+
+/// Bytes available to this user in the filesystem of `dir`, as `df` says.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let o = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Warning and error lines shown per log file when a run fails.
+const WARNINGS_SHOWN: usize = 12;
+
+/// The last `most` warning or error lines of every `.log` file under `dir` that
+/// has any, files in path order: what a failed run's output shows, so the cause is
+/// visible where the run was started (a test's temporary directory is gone later).
+fn warnings_in_logs(dir: &Path, most: usize) -> Vec<(PathBuf, Vec<String>)> {
+    let mut files = Vec::new();
+    log_files(dir, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let hits: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        if hits.is_empty() {
+            continue;
+        }
+        let from = hits.len().saturating_sub(most);
+        out.push((f, hits[from..].iter().map(|l| l.to_string()).collect()));
+    }
+    out
+}
+
+fn log_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            log_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "log") {
+            out.push(p);
+        }
+    }
 }
 
 fn prune_keep_logs(dir: &Path) {
@@ -403,6 +500,31 @@ mod tests {
     use crate::config::System;
     use drove_types::WritePolicy;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn test_a_failed_run_shows_the_last_warnings_of_each_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("cluster").join("node1");
+        std::fs::create_dir_all(&node).unwrap();
+        let mut text = String::new();
+        for i in 0..20 {
+            text.push_str(&format!("2026-11-24T10:00:{i:02}Z  INFO x: fine {i}\n"));
+            text.push_str(&format!("2026-11-24T10:00:{i:02}Z  WARN x: odd {i}\n"));
+        }
+        text.push_str("2026-11-24T10:01:00Z ERROR x: broken\n");
+        std::fs::write(node.join("node.log"), text).unwrap();
+        std::fs::write(dir.path().join("quiet.log"), "all INFO here\n").unwrap();
+        std::fs::write(dir.path().join("disk.img"), " WARN not a log\n").unwrap();
+
+        let got = warnings_in_logs(dir.path(), 3);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, node.join("node.log"));
+        let lines = &got[0].1;
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].ends_with("odd 18"), "{lines:?}");
+        assert!(lines[1].ends_with("odd 19"), "{lines:?}");
+        assert!(lines[2].ends_with("broken"), "{lines:?}");
+    }
 
     #[test]
     fn test_schedule_runs_every_system_at_every_point() {
