@@ -47,7 +47,7 @@ def wait_recovered(admin, timeout, min_epoch=0):
             time.sleep(0.2)
             continue
         epoch = s["map"]["epoch"]
-        up = [n for n in s["map"]["nodes"].values() if n["state"] == "Up"]
+        up = [n for n in s["map"]["nodes"].values() if n["state"] == "up"]
         rec = s["recovery"]
         if epoch >= min_epoch and len(rec) == len(up) and all(
                 r["progress"]["clean"] and r["progress"]["epoch"] == epoch for r in rec):
@@ -147,7 +147,7 @@ def main():
         epoch0 = status(admin)["map"]["epoch"]
         t0 = time.time()
         kill(nodes[3]["pid"])
-        wait_state(admin, 4, "Down")
+        wait_state(admin, 4, "down")
         s = wait_recovered(admin, 3600, epoch0 + 1)
         idle_s = time.time() - t0
         idle_bytes = sum(r["progress"]["bytes"] for r in s["recovery"])
@@ -156,7 +156,7 @@ def main():
 
         print("node 4 back, catching up", flush=True)
         extra.append(restart(nodes[3]))
-        e = wait_state(admin, 4, "Up")
+        e = wait_state(admin, 4, "up")
         wait_recovered(admin, 3600, e)
 
         print(f"client before: {a.runtime} s", flush=True)

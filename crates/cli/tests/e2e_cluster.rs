@@ -210,7 +210,7 @@ fn test_a_dead_voter_is_removed_and_a_learner_takes_its_vote() {
     wait_until(
         std::time::Duration::from_secs(30),
         "the dead node marked down",
-        || status(&c, 0)["map"]["nodes"][dead.to_string()]["state"] == "Down",
+        || status(&c, 0)["map"]["nodes"][dead.to_string()]["state"] == "down",
     );
     let o = c.drove(0, &["node", "remove", &dead.to_string(), "--json"]);
     assert!(o.status.success(), "node remove: {}", text(&o));

@@ -217,7 +217,7 @@ fn test_renewals_need_no_log_entry_and_a_leader_kill_keeps_the_lease() {
     wait_until(
         Duration::from_secs(30),
         "the restarted node to be up",
-        || c.status()["map"]["nodes"][c.nodes[w].id.to_string()]["state"] == "Up",
+        || c.status()["map"]["nodes"][c.nodes[w].id.to_string()]["state"] == "up",
     );
     let leader = leader_index(&c, other);
     assert_ne!(leader, w, "the restarted follower took the leadership");

@@ -126,7 +126,7 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     );
     // Back after SIGCONT through the normal catch-up; every replica identical.
     wait_until(Duration::from_secs(60), "the stopped node back up", || {
-        c.status()["map"]["nodes"][victim.id.to_string()]["state"] == "Up"
+        c.status()["map"]["nodes"][victim.id.to_string()]["state"] == "up"
     });
     // Down once, up once: no flapping.
     let history = c.status()["epoch_history"].to_string();

@@ -425,7 +425,7 @@ fn test_losing_the_home_zone_loses_nothing_under_sync_and_at_most_the_stated_lag
             let s = status(c, f);
             home_nodes
                 .iter()
-                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "Down")
+                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "down")
         },
     );
 

@@ -4,12 +4,16 @@ use crate::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Whether a node takes part in placement.
+/// Whether a node takes part in placement. In JSON `up` or `down`; the capitalized
+/// names older versions wrote (metadata on disk, Raft log) are still read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NodeState {
     /// Serving; holds replicas.
+    #[serde(alias = "Up")]
     Up,
     /// Marked down by the membership logic.
+    #[serde(alias = "Down")]
     Down,
 }
 

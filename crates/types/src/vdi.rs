@@ -10,13 +10,18 @@ pub const DEFAULT_OBJECT_SIZE: u32 = 4 << 20;
 /// Largest number of copies a VDI may ask for.
 pub const MAX_COPIES: u8 = 5;
 
-/// How a gateway sends a write to the replicas of an object.
+/// How a gateway sends a write to the replicas of an object. In JSON (the API, the
+/// CLI's `--json`, the metadata on disk) as the CLI spells it, `direct` or
+/// `primary-copy`; the capitalized names older versions wrote are still read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ReplicationMode {
     /// The gateway sends to every replica in parallel.
     #[default]
+    #[serde(alias = "Direct")]
     Direct,
     /// The gateway sends to the first replica, which forwards to the others.
+    #[serde(alias = "PrimaryCopy")]
     PrimaryCopy,
 }
 
