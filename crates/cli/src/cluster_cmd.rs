@@ -1,6 +1,6 @@
 //! `drove cluster ...`: status and settings.
 use anyhow::Result;
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 use drove_daemon::api::{Health, Settings, Status};
 
 use crate::client::{print_json, Ctx};
@@ -40,6 +40,34 @@ pub enum ClusterCmd {
     /// Verify every block checksum of every object on every up node and repair bad
     /// copies from good replicas.
     Scrub,
+    /// Set a cluster flag. `noout on` before maintenance that keeps nodes down
+    /// longer than the failure timeout (a host reboot): they are still marked down
+    /// and left out of reads and writes, but what they hold is not copied to other
+    /// nodes; back up, they catch up on what changed. `noout off` after it (while
+    /// it is set, `cluster health` warns and down nodes' objects stay below their
+    /// copies).
+    Set {
+        /// The flag.
+        flag: Flag,
+        /// on or off.
+        value: OnOff,
+    },
+}
+
+/// Cluster flags `drove cluster set` changes.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Flag {
+    /// Down nodes are not re-replicated while set.
+    Noout,
+}
+
+/// A flag's new value.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// Set.
+    On,
+    /// Clear.
+    Off,
 }
 
 /// Why the answering node's view cannot be trusted as current, if it cannot: it has
@@ -91,6 +119,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 s.vdi_count,
                 s.default_copies
             );
+            if s.noout {
+                println!("flags: noout (down nodes are not re-replicated; `drove cluster set noout off` clears it)");
+            }
             println!();
             crate::node_cmd::print_nodes(&s);
             println!();
@@ -139,6 +170,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                         down_after_ms,
                         recovery_mib_s: recovery_rate,
                         hold_down_ms,
+                        noout: None,
                     },
                 )
                 .await?;
@@ -159,9 +191,38 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 "hold down:      {:.1} s (a node found silent stays down at least this long)",
                 s.hold_down_ms.unwrap_or(0) as f64 / 1000.0
             );
+            if s.noout == Some(true) {
+                println!("noout:          on (down nodes are not re-replicated)");
+            }
             Ok(())
         }
         ClusterCmd::Scrub => crate::heal_cmd::scrub(ctx).await,
+        ClusterCmd::Set {
+            flag: Flag::Noout,
+            value,
+        } => {
+            let s: Settings = ctx
+                .post(
+                    "/api/settings",
+                    &Settings {
+                        default_copies: None,
+                        down_after_ms: None,
+                        recovery_mib_s: None,
+                        hold_down_ms: None,
+                        noout: Some(value == OnOff::On),
+                    },
+                )
+                .await?;
+            if ctx.json {
+                return print_json(&s);
+            }
+            if s.noout == Some(true) {
+                println!("noout: on (down nodes are not re-replicated; `drove cluster set noout off` after the maintenance)");
+            } else {
+                println!("noout: off (down nodes are re-replicated)");
+            }
+            Ok(())
+        }
     }
 }
 

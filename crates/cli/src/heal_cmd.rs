@@ -201,7 +201,13 @@ pub fn print_recovery(rs: &[Recovery]) {
         .iter()
         .map(|r| {
             let p = &r.progress;
-            let state = if p.clean { "current" } else { "recovering" };
+            let state = if p.clean {
+                "current".to_string()
+            } else if p.waiting_noout > 0 {
+                format!("recovering; {} wait for noout off", p.waiting_noout)
+            } else {
+                "recovering".to_string()
+            };
             let eta = match p.eta_s {
                 Some(s) if !p.clean => format!("{s:.0}s"),
                 Some(_) => "-".into(),
@@ -214,7 +220,7 @@ pub fn print_recovery(rs: &[Recovery]) {
             vec![
                 r.node_id.to_string(),
                 p.epoch.to_string(),
-                state.to_string(),
+                state,
                 done,
                 format_size(p.bytes),
                 format!("{}/s", format_size(p.rate_bytes_s as u64)),

@@ -443,6 +443,7 @@ async fn start_nodes(
                     down_after_ms: None,
                     recovery_mib_s: None,
                     hold_down_ms: None,
+                    noout: None,
                 },
             )
             .await

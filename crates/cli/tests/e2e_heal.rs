@@ -36,7 +36,7 @@ fn wait_recovered(c: &Cluster, via: usize, timeout: Duration) -> Value {
                 .as_object()
                 .unwrap()
                 .values()
-                .filter(|n| n["state"] == "Up")
+                .filter(|n| n["state"] == "up")
                 .count();
             let rec = s["recovery"].as_array().unwrap();
             let done = rec.len() == up
@@ -127,13 +127,13 @@ fn test_sigkill_replica_under_fio_then_recovery_leaves_three_identical_replicas(
         "fio must have written after the kill"
     );
     // The gateway marked the dead replica down before acknowledging without it.
-    assert_eq!(node_state(&c, 0, 3), "Down");
+    assert_eq!(node_state(&c, 0, 3), "down");
     let degraded = check(&c, 0, "vm", false);
     assert!(degraded["degraded"].as_u64().unwrap() > 0, "{degraded}");
 
     c.restart(2);
     wait_until(Duration::from_secs(30), "node 3 back up", || {
-        node_state(&c, 0, 3) == "Up"
+        node_state(&c, 0, 3) == "up"
     });
     let s = wait_recovered(&c, 0, Duration::from_secs(120));
     let node3 = s["recovery"]
@@ -183,7 +183,7 @@ fn test_silent_node_is_marked_down_and_back_up_without_any_io() {
     let t0 = Instant::now();
     c.kill(1);
     wait_until(Duration::from_secs(15), "node 2 marked down", || {
-        node_state(&c, 0, 2) == "Down"
+        node_state(&c, 0, 2) == "down"
     });
     let took = t0.elapsed();
     assert!(
@@ -192,7 +192,7 @@ fn test_silent_node_is_marked_down_and_back_up_without_any_io() {
     );
     c.restart(1);
     wait_until(Duration::from_secs(15), "node 2 back up", || {
-        node_state(&c, 0, 2) == "Up"
+        node_state(&c, 0, 2) == "up"
     });
     wait_recovered(&c, 0, Duration::from_secs(30));
 }
@@ -445,7 +445,7 @@ fn test_grow_three_to_four_under_load_then_leave_moves_about_a_quarter() {
         .spawn()
         .unwrap();
     wait_until(Duration::from_secs(60), "node 4 in the map", || {
-        node_state(&c, 0, 4) == "Up"
+        node_state(&c, 0, 4) == "up"
     });
     let (ok, _, t) = fio_result(load);
     assert!(ok, "fio during the grow: {t}");
@@ -539,7 +539,7 @@ fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns()
         .chain(["flush".to_string()])
         .collect();
     qemu_io(&c.nodes[0].uri("full"), &w);
-    assert_eq!(node_state(&c, 0, 3), "Down");
+    assert_eq!(node_state(&c, 0, 3), "down");
     let r: Vec<String> = (0..4)
         .map(|i| format!("read -P {} {}M 16M", 0x61 + i, i * 16))
         .collect();
@@ -559,7 +559,7 @@ fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns()
     );
     // Node 3 stays down while its disk is full (its heartbeats say so).
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(node_state(&c, 0, 3), "Down");
+    assert_eq!(node_state(&c, 0, 3), "down");
 
     // Space comes back: node 3 is up again, recovers, and every replica matches.
     let o = run(Command::new("mount")
@@ -567,11 +567,146 @@ fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns()
         .arg(&store3));
     assert!(o.status.success(), "remount: {}", text(&o));
     wait_until(Duration::from_secs(20), "node 3 back up", || {
-        node_state(&c, 0, 3) == "Up"
+        node_state(&c, 0, 3) == "up"
     });
     wait_recovered(&c, 0, Duration::from_secs(120));
     let r2 = check(&c, 0, "full", false);
     assert_eq!(r2["identical"], r2["objects"], "{r2}");
     assert_eq!(r2["degraded"], 0, "{r2}");
     qemu_io(&c.nodes[2].uri("full"), &r);
+}
+
+/// Sum of one recovery progress field over every up node's answer in `s`.
+fn recovery_sum(s: &Value, field: &str) -> u64 {
+    s["recovery"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["progress"][field].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Kill node `i` and wait until node 1 sees it down and every up node has worked
+/// out the new epoch with copies held back by noout; the status then.
+fn kill_under_noout(c: &Cluster, i: usize) -> Value {
+    c.kill(i);
+    let id = c.nodes[i].id;
+    wait_until(
+        Duration::from_secs(30),
+        "the killed node marked down",
+        || node_state(c, 0, id) == "down",
+    );
+    let mut last = Value::Null;
+    wait_until(
+        Duration::from_secs(60),
+        "every up node to work out the epoch, some copies held back",
+        || {
+            let s = c.status();
+            let epoch = s["map"]["epoch"].as_u64();
+            let rec = s["recovery"].as_array().unwrap();
+            let all_at =
+                rec.len() == 3 && rec.iter().all(|r| r["progress"]["epoch"].as_u64() == epoch);
+            let held = recovery_sum(&s, "waiting_noout") > 0;
+            last = s;
+            all_at && held
+        },
+    );
+    last
+}
+
+/// `drove cluster set noout on` before maintenance: a node killed and marked down is
+/// not re-replicated (no byte copied, its objects' new holders wait), a write made
+/// meanwhile still reaches every copy it has, and the node back up catches up while
+/// noout is still set; `noout off` with a node down starts the copying. Data and
+/// replicas verified after each.
+#[test]
+fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_back() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(4, 4);
+    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi("vm", "64M", &["--copies", "2"]);
+    let uri = c.nodes[0].uri("vm");
+    qemu_io(&uri, &["write -P 0x11 0 64M".to_string()]);
+
+    let o = c.drove(1, &["cluster", "set", "noout", "on"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("noout: on"), "{}", text(&o));
+    let h = c.drove(2, &["cluster", "health", "--json"]);
+    assert_eq!(h.status.code(), Some(1), "{}", text(&h));
+    let hj: Value = serde_json::from_slice(&h.stdout).unwrap();
+    assert!(
+        hj["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["check"] == "noout" && k["level"] == "warn"),
+        "{hj}"
+    );
+    assert_eq!(c.status()["noout"], true);
+    assert!(c.metrics(0).contains("drove_cluster_noout 1"));
+
+    // Down under noout: nothing is copied.
+    let s = kill_under_noout(&c, 3);
+    assert_eq!(recovery_sum(&s, "bytes"), 0, "copied under noout: {s}");
+    assert_eq!(recovery_sum(&s, "done"), 0, "recovered under noout: {s}");
+    let t = text(&c.drove(0, &["cluster", "status"]));
+    assert!(t.contains("flags: noout"), "{t}");
+    assert!(t.contains("wait for noout off"), "{t}");
+
+    // Writes while it is down succeed and reach every copy they have (a held-back
+    // copy they touch is recovered on demand first; the background pass still
+    // recovers nothing).
+    qemu_io(&uri, &["write -P 0x22 0 8M".to_string()]);
+    let s = c.status();
+    assert_eq!(
+        recovery_sum(&s, "done"),
+        0,
+        "background recovery under noout: {s}"
+    );
+
+    // Back up: the node catches up although noout is still set, and no copy waits.
+    c.restart(3);
+    wait_until(Duration::from_secs(30), "node 4 back up", || {
+        node_state(&c, 0, 4) == "up"
+    });
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    assert_eq!(recovery_sum(&s, "waiting_noout"), 0, "{s}");
+    let r = check(&c, 1, "vm", false);
+    assert_eq!(r["objects"], 16, "{r}");
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(r["degraded"], 0, "{r}");
+    // What was written while it was down reads back through it.
+    qemu_io(
+        &c.nodes[3].uri("vm"),
+        &[
+            "read -P 0x22 0 8M".to_string(),
+            "read -P 0x11 8M 56M".to_string(),
+        ],
+    );
+
+    // Down again, then noout off: the copies that waited are made elsewhere.
+    kill_under_noout(&c, 3);
+    let o = c.drove(0, &["cluster", "set", "noout", "off"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("noout: off"), "{}", text(&o));
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    assert!(
+        recovery_sum(&s, "bytes") > 0,
+        "nothing copied after noout off: {s}"
+    );
+    assert_eq!(recovery_sum(&s, "waiting_noout"), 0, "{s}");
+    assert_eq!(s["noout"], false);
+    let r = check(&c, 0, "vm", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(r["degraded"], 0, "{r}");
+    qemu_io(
+        &c.nodes[1].uri("vm"),
+        &[
+            "read -P 0x22 0 8M".to_string(),
+            "read -P 0x11 8M 56M".to_string(),
+        ],
+    );
 }

@@ -134,12 +134,17 @@ async fn client_request(req: axum::extract::Request, next: axum::middleware::Nex
 async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
     crate::wan::publish(&a);
     a.meta.publish_metrics();
+    let objects = a
+        .recoverer
+        .object_count(std::time::Duration::from_secs(60))
+        .await
+        .ok();
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::ops_metrics::encode(&a, a.metrics.encode()),
+        crate::ops_metrics::encode(&a, a.metrics.encode(), objects),
     )
 }
 
@@ -158,6 +163,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         default_copies: state.settings.default_copies,
         vdi_count: state.vdis.len(),
         quorum_age_ms: st.quorum_age_ms,
+        noout: state.settings.noout,
     }))
 }
 
@@ -558,11 +564,25 @@ async fn settings(
             })
             .await?;
     }
+    if let Some(on) = req.noout {
+        if a.meta.state().settings.noout != on {
+            a.meta.execute(Command::SetNoout(on)).await?;
+            tracing::warn!(
+                "noout {} by an operator",
+                if on {
+                    "set: down nodes are not re-replicated"
+                } else {
+                    "cleared: down nodes are re-replicated again"
+                }
+            );
+        }
+    }
     let s = a.meta.state().settings.clone();
     Ok(Json(api::Settings {
         default_copies: Some(s.default_copies),
         down_after_ms: Some(s.down_after_ms),
         recovery_mib_s: Some(s.recovery_mib_s),
         hold_down_ms: Some(s.hold_down_ms),
+        noout: Some(s.noout),
     }))
 }

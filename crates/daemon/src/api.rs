@@ -123,6 +123,9 @@ pub struct Settings {
     /// How long a node a gateway found silent stays down at least (milliseconds).
     #[serde(default)]
     pub hold_down_ms: Option<u64>,
+    /// Maintenance flag: down nodes are not re-replicated while it is set.
+    #[serde(default)]
+    pub noout: Option<bool>,
 }
 
 /// An error body: `{"error": "not_found", "message": "..."}`.
@@ -162,6 +165,9 @@ pub struct Status {
     /// node states and VDIs above are this node's last view and may be out of date.
     #[serde(default)]
     pub quorum_age_ms: Option<u64>,
+    /// The maintenance flag `noout` is set: down nodes are not re-replicated.
+    #[serde(default)]
+    pub noout: bool,
 }
 
 /// `GET /api/vdis` and `GET /api/vdis/{name}` query: `consistent=true` first makes
@@ -281,6 +287,24 @@ pub struct Flattened {
     pub vdi: VdiInfo,
     /// Objects copied from its parents.
     pub copied: u64,
+}
+
+/// `GET /api/local/objects` query.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ObjectsQuery {
+    /// The VDI id (a snapshot's or a VDI's), as a number.
+    pub vdi: u32,
+}
+
+/// `GET /api/local/objects?vdi=ID`: the objects of one VDI id on the answering node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalObjects {
+    /// The node answering.
+    pub node_id: NodeId,
+    /// The VDI id asked for.
+    pub vdi: drove_types::VdiId,
+    /// Object indexes stored, ascending.
+    pub indexes: Vec<u32>,
 }
 
 /// `GET /api/usage`: what each VDI takes on the answering node.

@@ -148,6 +148,14 @@ pub(crate) fn judge(
     let mut checks = Vec::new();
     checks.push(quorum(me, quorum_age));
     checks.extend(nodes(state));
+    if state.settings.noout {
+        checks.push(check(
+            Level::Warn,
+            "noout",
+            "noout is set: down nodes are not re-replicated (`drove cluster set noout off` after the maintenance)"
+                .to_string(),
+        ));
+    }
     let mut recovery = Vec::new();
     let mut disks = Vec::new();
     let mut clocks = Vec::new();
@@ -411,11 +419,14 @@ fn recovering(n: NodeId, h: &LocalHealth, epoch: u64) -> Option<HealthCheck> {
         Some(s) => format!(", about {s:.0} s left"),
         None => String::new(),
     };
-    let failed = if p.failed > 0 {
+    let mut failed = if p.failed > 0 {
         format!(" ({} failed, retried)", p.failed)
     } else {
         String::new()
     };
+    if p.waiting_noout > 0 {
+        failed.push_str(&format!(" ({} held back by noout)", p.waiting_noout));
+    }
     Some(check(
         Level::Warn,
         "recovery",

@@ -211,3 +211,16 @@ fn test_a_lag_near_its_bound_warns() {
     let h = judge(NodeId(1), FRESH, &state(), &answers);
     assert!(h.checks[0].message.contains("being slowed"), "{h:?}");
 }
+
+#[test]
+fn test_noout_is_a_warning_while_set() {
+    let mut s = state();
+    s.settings.noout = true;
+    let h = judge(NodeId(1), FRESH, &s, &all_healthy());
+    assert_eq!(h.status, Level::Warn, "{h:?}");
+    assert_eq!(levels(&h)[0], (Level::Warn, "noout"));
+    assert!(h.checks[0].message.contains("not re-replicated"), "{h:?}");
+    s.settings.noout = false;
+    let h = judge(NodeId(1), FRESH, &s, &all_healthy());
+    assert_eq!(h.status, Level::Ok, "{h:?}");
+}

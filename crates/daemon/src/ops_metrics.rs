@@ -40,18 +40,23 @@ struct Snapshot {
     epoch: u64,
     vdis: u64,
     voters: u64,
+    /// The maintenance flag `noout` is set.
+    noout: bool,
+    /// Objects in the store at the last count (at most a minute old).
+    objects: Option<u64>,
     /// Size and free space of the store's filesystem.
     disk: Option<(u64, u64)>,
     recovery: drove_replica::Progress,
+    scrub: drove_replica::ScrubTotals,
 }
 
 /// `base` (the registry's text, ending in `# EOF`) with the operations metrics of
 /// node `a` added before its `# EOF`.
-pub(crate) fn encode(a: &Admin, base: String) -> String {
-    insert(base, &render(&snapshot(a)))
+pub(crate) fn encode(a: &Admin, base: String, objects: Option<u64>) -> String {
+    insert(base, &render(&snapshot(a, objects)))
 }
 
-fn snapshot(a: &Admin) -> Snapshot {
+fn snapshot(a: &Admin, objects: Option<u64>) -> Snapshot {
     let state = a.meta.state();
     let status = a.meta.status();
     Snapshot {
@@ -70,8 +75,11 @@ fn snapshot(a: &Admin) -> Snapshot {
         epoch: state.map.epoch.0,
         vdis: state.vdis.len() as u64,
         voters: status.voters.len() as u64,
+        noout: state.settings.noout,
+        objects,
         disk: crate::health::disk_space(&a.store_dir),
         recovery: a.recoverer.progress(),
+        scrub: a.recoverer.scrub_totals(),
     }
 }
 
@@ -212,7 +220,19 @@ fn render(s: &Snapshot) -> String {
         "Voting members of the metadata Raft group as this node sees it",
         s.voters,
     );
+    o.gauge(
+        "drove_cluster_noout",
+        "1 while the maintenance flag noout is set (down nodes are not re-replicated)",
+        u8::from(s.noout),
+    );
 
+    if let Some(n) = s.objects {
+        o.gauge(
+            "drove_store_objects",
+            "Objects (copies) in this node's store, counted at most a minute ago",
+            n,
+        );
+    }
     if let Some((size, free)) = s.disk {
         o.gauge(
             "drove_store_disk_bytes",
@@ -255,10 +275,49 @@ fn render(s: &Snapshot) -> String {
         float(r.rate_bytes_s),
     );
     o.gauge(
+        "drove_recovery_waiting_noout_objects",
+        "Objects of this node's recovery backlog held back by noout (here only because a node is down)",
+        r.waiting_noout,
+    );
+    o.gauge(
         "drove_recovery_clean",
         "1 when this node holds every object it should at its recovery epoch",
         u8::from(r.clean),
     );
+
+    let sc = &s.scrub;
+    for (name, help, value) in [
+        (
+            "drove_scrub_runs",
+            "Scrubs of this node's objects finished since the process started (background and `drove cluster scrub`)",
+            sc.runs,
+        ),
+        (
+            "drove_scrub_objects",
+            "Objects whose every block checksum a scrub of this node verified",
+            sc.objects,
+        ),
+        (
+            "drove_scrub_corrupt_objects",
+            "Copies on this node a scrub found failing their checksums",
+            sc.corrupt,
+        ),
+        (
+            "drove_scrub_repaired_objects",
+            "Of those, copies replaced by a good copy from a replica",
+            sc.repaired,
+        ),
+    ] {
+        o.family(name, "counter", help);
+        o.sample(&format!("{name}_total"), &[], value);
+    }
+    if sc.runs > 0 {
+        o.gauge(
+            "drove_scrub_last_end_time_seconds",
+            "When the last scrub of this node's objects finished, seconds since the Unix epoch",
+            sc.last_unix,
+        );
+    }
     o.0
 }
 
@@ -350,6 +409,8 @@ mod tests {
             epoch: 5,
             vdis: 3,
             voters: 3,
+            noout: true,
+            objects: Some(42),
             disk: Some((1000, 250)),
             recovery: drove_replica::Progress {
                 epoch: 5,
@@ -359,7 +420,15 @@ mod tests {
                 bytes: 2048,
                 rate_bytes_s: 512.0,
                 clean: false,
+                waiting_noout: 2,
                 ..Default::default()
+            },
+            scrub: drove_replica::ScrubTotals {
+                runs: 2,
+                objects: 30,
+                corrupt: 3,
+                repaired: 2,
+                last_unix: 1_800_000_000,
             },
         }
     }
@@ -386,6 +455,8 @@ mod tests {
             "drove_cluster_epoch 5",
             "drove_cluster_vdis 3",
             "drove_meta_voters 3",
+            "drove_cluster_noout 1",
+            "drove_store_objects 42",
             "drove_store_disk_bytes 1000",
             "drove_store_disk_free_bytes 250",
             "drove_recovery_epoch 5",
@@ -393,7 +464,14 @@ mod tests {
             "drove_recovery_failed_objects 1",
             "drove_recovery_copied_bytes 2048",
             "drove_recovery_rate_bytes_per_second 512.0",
+            "drove_recovery_waiting_noout_objects 2",
             "drove_recovery_clean 0",
+            "# TYPE drove_scrub_runs counter",
+            "drove_scrub_runs_total 2",
+            "drove_scrub_objects_total 30",
+            "drove_scrub_corrupt_objects_total 3",
+            "drove_scrub_repaired_objects_total 2",
+            "drove_scrub_last_end_time_seconds 1800000000",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -439,7 +517,10 @@ mod tests {
         s.nodes.retain(|n| n.id != 2);
         let text = insert(base, &render(&s));
         assert!(text.starts_with("# TYPE drove_x gauge\ndrove_x 1\n"));
-        assert!(text.ends_with("drove_recovery_clean 0\n# EOF\n"), "{text}");
+        assert!(
+            text.ends_with("drove_scrub_last_end_time_seconds 1800000000\n# EOF\n"),
+            "{text}"
+        );
         assert_eq!(text.matches("# EOF").count(), 1);
         assert!(!text.contains("node=\"2\""), "{text}");
         assert!(text.contains("drove_cluster_nodes{state=\"down\"} 0"));

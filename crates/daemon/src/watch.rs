@@ -58,6 +58,7 @@ pub async fn follow(
             map: current,
             vdis: by_id.vdis.clone(),
             history: history.clone(),
+            noout: state.settings.noout,
         };
         recoverer.update(view, state.settings.recovery_mib_s);
         exports.refresh(&state);

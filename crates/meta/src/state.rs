@@ -64,6 +64,12 @@ pub struct Settings {
     /// each time) more than once per hold.
     #[serde(default = "default_hold_down_ms")]
     pub hold_down_ms: u64,
+    /// Maintenance flag (`drove cluster set noout on`, Ceph's `noout`): down nodes
+    /// are not re-replicated. They are still marked down and left out of reads
+    /// and writes; only recovery's background copying of what moved because a
+    /// node is down waits. Writes still bring every copy they touch up to date.
+    #[serde(default)]
+    pub noout: bool,
 }
 
 /// Default of [`Settings::hold_down_ms`]: one minute.
@@ -87,6 +93,7 @@ impl Default for Settings {
             down_after_ms: DEFAULT_DOWN_AFTER_MS,
             recovery_mib_s: DEFAULT_RECOVERY_MIB_S,
             hold_down_ms: DEFAULT_HOLD_DOWN_MS,
+            noout: false,
         }
     }
 }
@@ -483,6 +490,8 @@ pub enum Command {
         /// VDI name.
         vdi: String,
     },
+    /// Set (true) or clear the maintenance flag [`Settings::noout`].
+    SetNoout(bool),
 }
 
 impl Command {
@@ -517,6 +526,7 @@ impl Command {
             Command::GrowVdi { .. } => "GrowVdi",
             Command::RenameVdi { .. } => "RenameVdi",
             Command::BreakLock { .. } => "BreakLock",
+            Command::SetNoout(_) => "SetNoout",
         }
     }
 }
@@ -855,6 +865,10 @@ impl MetaState {
             }
             Command::RenameVdi { name, to } => self.rename_vdi(name, to, now),
             Command::BreakLock { vdi } => self.break_lock(vdi),
+            Command::SetNoout(on) => {
+                self.settings.noout = *on;
+                Ok(Reply::Done)
+            }
         }
     }
 

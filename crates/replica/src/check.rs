@@ -63,6 +63,34 @@ pub struct ScrubReport {
     pub repaired: u64,
 }
 
+/// The sum of the scrubs a node ran since it started (for /metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScrubTotals {
+    /// Scrubs finished.
+    pub runs: u64,
+    /// Objects read.
+    pub objects: u64,
+    /// Copies that failed their checksums.
+    pub corrupt: u64,
+    /// Of those, copies replaced by a good one.
+    pub repaired: u64,
+    /// When the last scrub finished, seconds since the Unix epoch (0: none yet).
+    pub last_unix: u64,
+}
+
+impl ScrubTotals {
+    /// Count one finished scrub.
+    pub fn add(&mut self, r: &ScrubReport, at: std::time::SystemTime) {
+        self.runs += 1;
+        self.objects += r.objects;
+        self.corrupt += r.corrupt;
+        self.repaired += r.repaired;
+        self.last_unix = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+    }
+}
+
 fn agree(ds: &[ReplicaView]) -> bool {
     let mut crcs = BTreeSet::new();
     for r in ds {
@@ -184,6 +212,11 @@ impl Recoverer {
         self.scrub_at(true).await
     }
 
+    /// What every scrub of this node found since the process started.
+    pub fn scrub_totals(&self) -> ScrubTotals {
+        *self.scrubbed.lock()
+    }
+
     async fn scrub_at(&self, paced: bool) -> Result<ScrubReport> {
         let view = self.view();
         let local = blocking(self.local.store(), |s| s.list()).await?;
@@ -208,6 +241,46 @@ impl Recoverer {
                 Err(e) => tracing::warn!(%oid, "scrub: cannot repair: {e}"),
             }
         }
+        self.scrubbed
+            .lock()
+            .add(&report, std::time::SystemTime::now());
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_scrub_totals_add_up_every_run() {
+        let mut t = ScrubTotals::default();
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        t.add(
+            &ScrubReport {
+                objects: 10,
+                corrupt: 2,
+                repaired: 1,
+            },
+            at,
+        );
+        t.add(
+            &ScrubReport {
+                objects: 5,
+                corrupt: 0,
+                repaired: 0,
+            },
+            at + std::time::Duration::from_secs(60),
+        );
+        assert_eq!(
+            t,
+            ScrubTotals {
+                runs: 2,
+                objects: 15,
+                corrupt: 2,
+                repaired: 1,
+                last_unix: 1_800_000_060,
+            }
+        );
     }
 }

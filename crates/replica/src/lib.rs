@@ -31,7 +31,7 @@ mod throttle;
 mod writer;
 
 pub use catalog::{Catalog, CatalogCell};
-pub use check::{CheckReport, Mismatch, ReplicaView, ScrubReport};
+pub use check::{CheckReport, Mismatch, ReplicaView, ScrubReport, ScrubTotals};
 pub use client::{PeerPool, PeerTimeouts};
 pub use gateway::{Gateway, Lag, Membership};
 pub use local::LocalStore;

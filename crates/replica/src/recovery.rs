@@ -44,6 +44,33 @@ pub struct View {
     pub vdis: Arc<BTreeMap<VdiId, VdiInfo>>,
     /// The map of every epoch, oldest first (the epoch history).
     pub history: Arc<Vec<ClusterMap>>,
+    /// The maintenance flag `noout`: copies this node holds only because some node
+    /// is down are not copied in the background (see [`as_if_up`]).
+    pub noout: bool,
+}
+
+/// How a round of [`Recoverer::recover_all`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Nothing left: the epoch is recorded as clean.
+    Clean,
+    /// Copies are left that a later round may make current (some failed, a newer
+    /// view came, or this node is down).
+    Again,
+    /// Only copies that `noout` holds back are left.
+    Waiting,
+}
+
+/// `map` with every down node up again: where objects would be if no node were
+/// down. Under `noout`, a pending copy this node holds on `map` but not on this one
+/// is there only because a node is down, and waits (a write to it still recovers
+/// it first). Copies a returning or joining node catches up on are on both.
+fn as_if_up(map: &ClusterMap) -> ClusterMap {
+    let mut m = map.clone();
+    for n in m.nodes.values_mut() {
+        n.state = NodeState::Up;
+    }
+    m
 }
 
 impl View {
@@ -103,6 +130,10 @@ pub struct Progress {
     pub clean: bool,
     /// The configured rate limit, MiB/s (0: none).
     pub limit_mib_s: u32,
+    /// Objects whose copy waits for `noout` to be cleared: they are here only
+    /// because a node is down.
+    #[serde(default)]
+    pub waiting_noout: u64,
 }
 
 struct Pass {
@@ -114,6 +145,8 @@ struct Pass {
     started: Instant,
     finished: Option<Instant>,
     clean: bool,
+    /// Pending objects left alone under `noout` in the last round.
+    waiting: u64,
 }
 
 impl Pass {
@@ -128,6 +161,7 @@ impl Pass {
             started: Instant::now(),
             finished: None,
             clean: false,
+            waiting: 0,
         }
     }
 }
@@ -144,6 +178,10 @@ pub struct Recoverer {
     pass: Mutex<Pass>,
     limit_mib_s: AtomicU32,
     bucket: Mutex<TokenBucket>,
+    /// What this node's scrubs found since it started.
+    pub(crate) scrubbed: Mutex<crate::check::ScrubTotals>,
+    /// Objects in this node's store at the last count, and when it was made.
+    counted: Mutex<Option<(u64, Instant)>>,
 }
 
 /// Unused recovery budget saved up while clients are busy elsewhere.
@@ -169,6 +207,8 @@ impl Recoverer {
             pass: Mutex::new(Pass::new(Epoch(0), 0)),
             limit_mib_s: AtomicU32::new(0),
             bucket: Mutex::new(TokenBucket::new(Instant::now(), BURST)),
+            scrubbed: Mutex::new(Default::default()),
+            counted: Mutex::new(None),
         });
         let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
         local.set_repair(weak);
@@ -182,6 +222,7 @@ impl Recoverer {
         self.limit_mib_s.store(limit_mib_s, Ordering::Relaxed);
         self.view_tx.send_if_modified(|cur| {
             let changed = cur.map.epoch != view.map.epoch
+                || cur.noout != view.noout
                 || cur.map.nodes.is_empty() != view.map.nodes.is_empty()
                 || !(Arc::ptr_eq(&cur.vdis, &view.vdis) || cur.vdis == view.vdis);
             if changed {
@@ -189,6 +230,21 @@ impl Recoverer {
             }
             changed
         });
+    }
+
+    /// The objects in this node's store, counted again when the last count is
+    /// older than `max_age` (a count lists the whole store, so /metrics asks for one
+    /// at most once a minute).
+    pub async fn object_count(&self, max_age: Duration) -> Result<u64> {
+        let last = *self.counted.lock();
+        if let Some((n, at)) = last {
+            if at.elapsed() < max_age {
+                return Ok(n);
+            }
+        }
+        let n = blocking(self.local.store(), |s| s.list().map(|v| v.len() as u64)).await?;
+        *self.counted.lock() = Some((n, Instant::now()));
+        Ok(n)
     }
 
     pub(crate) fn view(&self) -> Arc<View> {
@@ -255,6 +311,7 @@ impl Recoverer {
             eta_s: eta,
             clean: p.clean,
             limit_mib_s: self.limit_mib_s.load(Ordering::Relaxed),
+            waiting_noout: p.waiting,
         }
     }
 
@@ -274,8 +331,8 @@ impl Recoverer {
             if view.map.epoch != self.local.catchup().epoch() || !self.local.catchup().known() {
                 self.transition(&view).await;
             }
-            let finished = self.recover_all(&view, &rx).await;
-            if finished {
+            let round = self.recover_all(&view, &rx).await;
+            if round == Round::Clean {
                 // Copies that moved away go once their new holders have caught up,
                 // which they do at their own pace: look again until none is left.
                 let left = match self.collect_moved(&view).await {
@@ -291,6 +348,12 @@ impl Recoverer {
                     }
                 } else {
                     let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
+                }
+            } else if round == Round::Waiting {
+                // Only copies that wait for noout are left: nothing to do until the
+                // view changes (noout cleared, a node back, a new epoch).
+                if rx.changed().await.is_err() {
+                    return;
                 }
             } else if !rx.has_changed().unwrap_or(false) {
                 // Some copies failed: try again a little later unless the view moves.
@@ -412,16 +475,32 @@ impl Recoverer {
         *self.pass.lock() = Pass::new(epoch, held as u64);
     }
 
-    /// Recover every pending copy this node holds; true when none is left (then the
-    /// epoch is recorded as clean). Stops early when a newer view arrives.
-    async fn recover_all(&self, view: &View, rx: &watch::Receiver<Arc<View>>) -> bool {
+    /// Recover every pending copy this node holds (but those `noout` holds back);
+    /// [`Round::Clean`] when none is left (then the epoch is recorded as clean).
+    /// Stops early when a newer view arrives.
+    async fn recover_all(&self, view: &View, rx: &watch::Receiver<Arc<View>>) -> Round {
         use futures::stream::{self, StreamExt};
         let cu = self.local.catchup();
+        let all_up = view.noout.then(|| as_if_up(&view.map));
+        let mut waiting = 0u64;
         let todo: Vec<ObjectId> = cu
             .pending()
             .into_iter()
             .filter(|&o| view.holds(&view.map, self.me, o))
+            .filter(|&o| match &all_up {
+                Some(m) if !view.holds(m, self.me, o) => {
+                    waiting += 1;
+                    false
+                }
+                _ => true,
+            })
             .collect();
+        let before = std::mem::replace(&mut self.pass.lock().waiting, waiting);
+        if waiting != before {
+            tracing::info!(
+                node = %self.me, waiting, "recovery: copies held back by noout (they are here only because a node is down)"
+            );
+        }
         // A few objects at a time: one object is a chain of round trips, disk reads
         // and writes, and one at a time leaves both the network and the disks idle
         // most of the time.
@@ -438,14 +517,21 @@ impl Recoverer {
             })
             .await;
         if rx.has_changed().unwrap_or(false) {
-            return false;
+            return Round::Again;
         }
         let left = cu
             .pending()
             .into_iter()
-            .any(|o| view.holds(&view.map, self.me, o));
-        if left {
-            return false;
+            .filter(|&o| view.holds(&view.map, self.me, o))
+            .count() as u64;
+        if left > 0 {
+            // When all that is left is held back by noout, only a new view (noout
+            // cleared, a node back, a new epoch) gives work again.
+            return if left <= waiting {
+                Round::Waiting
+            } else {
+                Round::Again
+            };
         }
         if !view
             .map
@@ -454,13 +540,13 @@ impl Recoverer {
         {
             // A node marked down holds nothing and has nothing to recover, but it is
             // not clean: its copies may all lack writes made since.
-            return false;
+            return Round::Again;
         }
         // Copies are written without fsync; they are durable before the node says
         // it is clean (a crash before that makes it recover everything again).
         if let Err(e) = blocking(self.local.store(), |s| s.flush(&[])).await {
             tracing::warn!("cannot flush recovered copies: {e}");
-            return false;
+            return Round::Again;
         }
         if let Err(e) = cu.set_clean(view.map.epoch) {
             tracing::warn!("cannot record the clean epoch: {e}");
@@ -469,7 +555,7 @@ impl Recoverer {
             p.clean = true;
             p.finished.get_or_insert_with(Instant::now);
         });
-        true
+        Round::Clean
     }
 
     fn count(&self, f: impl FnOnce(&mut Pass)) {
@@ -840,6 +926,7 @@ mod tests {
             map: Arc::new(maps.last().unwrap().clone()),
             vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
             history: Arc::new(maps),
+            noout: false,
         };
         let v2 = view(vec![m1.clone(), m2.clone()]);
         let all: BTreeSet<NodeId> = [1, 2, 3].map(NodeId).into();
@@ -848,8 +935,18 @@ mod tests {
         let since2: BTreeSet<NodeId> = [first[1], third].into();
         assert_eq!(v2.placed_since(oid, Epoch(2)), since2);
         // Removed: not waited for, whatever the epoch.
-        let v3 = view(vec![m1, m2, m3]);
+        let v3 = view(vec![m1.clone(), m2.clone(), m3]);
         assert_eq!(v3.placed_since(oid, Epoch(1)), since2);
+
+        // noout: the third node holds the object at epoch 2 only because its first
+        // holder is down, so its copy waits; the other holder's copy does not.
+        let up2 = as_if_up(&m2);
+        assert_eq!(up2.nodes, m1.nodes);
+        assert_eq!(up2.epoch, m2.epoch);
+        assert!(v2.holds(&m2, third, oid) && !v2.holds(&up2, third, oid));
+        assert!(v2.holds(&m2, first[1], oid) && v2.holds(&up2, first[1], oid));
+        // The down node itself, back up, holds it again: its catch-up is not held back.
+        assert!(v2.holds(&up2, first[0], oid));
     }
 
     #[test]

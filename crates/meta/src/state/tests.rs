@@ -65,8 +65,26 @@ fn test_default_state_counters() {
             down_after_ms: 5000,
             recovery_mib_s: 200,
             hold_down_ms: 60_000,
+            noout: false,
         }
     );
+}
+
+#[test]
+fn test_noout_is_set_and_cleared_and_old_settings_read_without_it() {
+    let mut s = MetaState::default();
+    s.apply(&Command::SetNoout(true), 0).unwrap();
+    assert!(s.settings.noout);
+    // Nothing else moves: no epoch, no other setting.
+    assert_eq!(s.map.epoch, Epoch(0));
+    assert_eq!(s.settings.down_after_ms, 5000);
+    s.apply(&Command::SetNoout(false), 0).unwrap();
+    assert!(!s.settings.noout);
+    // Settings written before the flag existed read as "not set".
+    let old = r#"{"default_copies":3,"max_voters":3,"down_after_ms":5000,"recovery_mib_s":200}"#;
+    let read: Settings = serde_json::from_str(old).unwrap();
+    assert!(!read.noout);
+    assert_eq!(read.hold_down_ms, 60_000);
 }
 
 #[test]
