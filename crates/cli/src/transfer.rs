@@ -439,7 +439,7 @@ pub(crate) async fn wait_visible(ctx: &Ctx, admin: &str, vdi: &str) -> Result<()
 
 /// Delete a VDI import created; retried because the lock of the qemu-img connection
 /// that just ended may take a moment to go.
-async fn delete_vdi(ctx: &Ctx, vdi: &str) -> Result<()> {
+pub(crate) async fn delete_vdi(ctx: &Ctx, vdi: &str) -> Result<()> {
     let mut last = anyhow!("not tried");
     for _ in 0..5 {
         match ctx

@@ -128,6 +128,11 @@ pub enum VdiCmd {
     Import(crate::transfer::ImportArgs),
     /// Copy a VDI into a disk image file (raw or qcow2).
     Export(crate::transfer::ExportArgs),
+    /// Write what changed between two snapshots into a diff file (an incremental
+    /// backup, like `rbd export-diff`); without --from, everything the snapshot holds.
+    ExportDiff(crate::diff_cmd::ExportDiffArgs),
+    /// Apply a diff file export-diff wrote to a VDI (a full diff creates it).
+    ImportDiff(crate::diff_cmd::ImportDiffArgs),
 }
 
 pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
@@ -342,6 +347,8 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Lock(c) => crate::lock_cmd::run(c, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
         VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,
+        VdiCmd::ExportDiff(a) => crate::diff_cmd::export_diff(a, ctx).await,
+        VdiCmd::ImportDiff(a) => crate::diff_cmd::import_diff(a, ctx).await,
     }
 }
 

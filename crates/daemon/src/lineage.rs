@@ -27,6 +27,7 @@ pub fn router() -> Router<Admin> {
         .route("/api/vdis/{name}/rollback", post(rollback))
         .route("/api/vdis/{name}/flatten", post(flatten))
         .route("/api/usage", get(usage))
+        .route("/api/local/objects", get(local_objects))
 }
 
 /// Wait until this node's metadata has applied `info` (the leader answered a
@@ -170,6 +171,30 @@ async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<
     vol.set_info(vdi.clone(), parents);
     tracing::info!(vdi = %name, copied, "flattened");
     Ok(Json(api::Flattened { vdi, copied }))
+}
+
+/// `GET /api/local/objects?vdi=ID`: the indexes of the objects of VDI id `ID`
+/// this node stores, ascending (for `drove vdi export-diff`: the union over the up
+/// nodes is every object the id wrote).
+async fn local_objects(
+    State(a): State<Admin>,
+    axum::extract::Query(q): axum::extract::Query<api::ObjectsQuery>,
+) -> ApiResult<api::LocalObjects> {
+    let store = a.recoverer.store().clone();
+    let vdi = drove_types::VdiId(q.vdi);
+    let mut indexes: Vec<u32> = drove_replica::local::blocking(&store, |s| s.list())
+        .await?
+        .into_iter()
+        .filter(|o| o.vdi == vdi)
+        .map(|o| o.index)
+        .collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    Ok(Json(api::LocalObjects {
+        node_id: a.meta.node_id(),
+        vdi,
+        indexes,
+    }))
 }
 
 async fn usage(State(a): State<Admin>) -> ApiResult<api::Usage> {
