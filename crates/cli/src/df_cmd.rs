@@ -286,17 +286,8 @@ pub async fn vdi_du(ctx: &Ctx, name: Option<&str>) -> Result<()> {
             let Some(v) = vdis.iter().find(|v| v.name == n) else {
                 bail!("No VDI named '{n}'");
             };
-            // NAME, then its parents up the chain (bounded by the number of VDIs).
-            let mut out = vec![v];
-            let mut cur = v.parent;
-            while let Some(p) = cur.and_then(|id| vdis.iter().find(|x| x.id == id)) {
-                if out.len() > vdis.len() {
-                    break;
-                }
-                out.push(p);
-                cur = p.parent;
-            }
-            out
+            // NAME, then its parents up the chain.
+            crate::diff_format::chain(&vdis, v)
         }
     };
     let s = survey(ctx).await?;

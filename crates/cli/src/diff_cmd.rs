@@ -102,7 +102,13 @@ struct DiffSummary {
 
 impl DiffSummary {
     fn print(&self, ctx: &Ctx) -> Result<()> {
+        // Under `-` the diff itself is on stdout: the summary goes to stderr.
+        let to_stderr = self.file == "-" && self.op == "export-diff";
         if ctx.json {
+            if to_stderr {
+                eprintln!("{}", serde_json::to_string(self)?);
+                return Ok(());
+            }
             return print_json(self);
         }
         let mut line = match self.op {
@@ -136,8 +142,7 @@ impl DiffSummary {
         if let Some(s) = &self.snapshot {
             line.push_str(&format!("; snapshot '{s}' taken"));
         }
-        // Under `-` the diff itself is on stdout.
-        if self.file == "-" && self.op == "export-diff" {
+        if to_stderr {
             eprintln!("{line}");
         } else {
             println!("{line}");

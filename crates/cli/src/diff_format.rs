@@ -286,7 +286,7 @@ pub(crate) struct Plan {
 
 /// `v` and its parents, nearest first (bounded by the table's size, so a broken
 /// parent link cannot loop).
-fn chain<'a>(vdis: &'a [VdiInfo], v: &'a VdiInfo) -> Vec<&'a VdiInfo> {
+pub(crate) fn chain<'a>(vdis: &'a [VdiInfo], v: &'a VdiInfo) -> Vec<&'a VdiInfo> {
     let mut out = vec![v];
     let mut cur = v.parent;
     while let Some(p) = cur.and_then(|id| vdis.iter().find(|x| x.id == id)) {

@@ -10,14 +10,15 @@
 //! a failed export leaves neither half a file nor a damaged old one.
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
-use drove_daemon::api::{CreateVdi, Status, VdiDetail};
-use drove_types::{format_size, validate_name, NodeId, NodeState, ReplicationMode, VdiInfo};
+use drove_daemon::api::{CreateVdi, VdiDetail};
+use drove_types::{format_size, validate_name, NodeId, ReplicationMode, VdiInfo};
 use serde::Serialize;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::client::{print_json, Ctx};
+use crate::nbd_client::Target;
 use crate::qemu_img::{convert, data_bytes, image_info, qemu_path, MIB};
 
 /// Image formats drove names on the command line (qemu-img's names).
@@ -383,25 +384,14 @@ pub(crate) struct Endpoint {
 }
 
 pub(crate) async fn endpoint(ctx: &Ctx, node: Option<u64>, vdi: &str) -> Result<Endpoint> {
-    let s: Status = ctx.get("/api/status").await?;
-    let id = node.map(NodeId).unwrap_or(s.node_id);
-    let Some(n) = s.map.node(id) else {
-        let ids: Vec<String> = s.map.nodes.keys().map(|k| k.to_string()).collect();
-        bail!("No node {id} in the cluster (nodes: {})", ids.join(", "));
-    };
-    if n.state == NodeState::Down {
-        bail!("Node {id} is down; pick another with --node");
-    }
-    // The unix socket only works on the node's own host; its path existing here is
-    // how we tell.
-    let uri = if Path::new(&n.nbd_socket).exists() {
-        format!("nbd+unix:///{vdi}?socket={}", escape(&n.nbd_socket))
-    } else {
-        format!("nbd://{}/{vdi}", n.nbd_addr)
+    let n = crate::nbd_client::target_of(ctx, node).await?;
+    let uri = match &n.target {
+        Target::Unix(p) => format!("nbd+unix:///{vdi}?socket={}", escape(&p.to_string_lossy())),
+        Target::Tcp(addr) => format!("nbd://{addr}/{vdi}"),
     };
     Ok(Endpoint {
-        node: id,
-        admin: n.admin_addr.clone(),
+        node: n.id,
+        admin: n.admin,
         uri,
     })
 }
