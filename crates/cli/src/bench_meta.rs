@@ -17,8 +17,6 @@
 //! release). Results go to DIR/results.md and DIR/results.json.
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use drove_nbd::proto::*;
-use drove_nbd::request::{Command as NbdCommand, Request as NbdRequest};
 use drove_types::local_cluster::{ClusterFile, NodeEntry};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -27,8 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
 
 use crate::client::print_json;
 use drove_daemon::api::{BenchLocks, BenchResult};
@@ -651,7 +647,7 @@ impl Bench {
         let r = tokio::time::timeout(Duration::from_secs(60), nbd_write_once(path, name)).await;
         match r {
             Ok(Ok(())) => Ok(t.elapsed()),
-            Ok(Err(e)) => Err(format!("attach {name}: {e}")),
+            Ok(Err(e)) => Err(format!("attach {name}: {e:#}")),
             Err(_) => Err(format!("attach {name}: no answer within 60 s")),
         }
     }
@@ -713,73 +709,11 @@ fn vdi_body(name: &str) -> Value {
 
 /// An NBD client's whole life on a unix socket: fixed newstyle handshake, `GO` to
 /// export `name`, one 4 KiB write, `DISC`.
-async fn nbd_write_once(path: &str, name: &str) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    let bad = |what: String| Error::new(ErrorKind::InvalidData, what);
-    let mut s = UnixStream::connect(path).await?;
-    if s.read_u64().await? != NBDMAGIC || s.read_u64().await? != IHAVEOPT {
-        return Err(bad("not an NBD server".into()));
-    }
-    let _flags = s.read_u16().await?;
-    s.write_u32(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)
-        .await?;
-    let mut data = Vec::with_capacity(6 + name.len());
-    data.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    data.extend_from_slice(name.as_bytes());
-    data.extend_from_slice(&0u16.to_be_bytes());
-    s.write_all(&drove_nbd::option::encode_option(NBD_OPT_GO, &data))
-        .await?;
-    loop {
-        if s.read_u64().await? != OPT_REPLY_MAGIC {
-            return Err(bad("bad option reply magic".into()));
-        }
-        let _opt = s.read_u32().await?;
-        let ty = s.read_u32().await?;
-        let len = s.read_u32().await? as usize;
-        if len > 1 << 16 {
-            return Err(bad(format!("option reply of {len} bytes")));
-        }
-        let mut body = vec![0; len];
-        s.read_exact(&mut body).await?;
-        match ty {
-            NBD_REP_ACK => break,
-            NBD_REP_INFO => continue,
-            t if t & NBD_REP_FLAG_ERROR != 0 => {
-                return Err(bad(format!(
-                    "export refused: {}",
-                    String::from_utf8_lossy(&body)
-                )))
-            }
-            t => return Err(bad(format!("unexpected option reply {t}"))),
-        }
-    }
-    let req = NbdRequest {
-        flags: 0,
-        command: NbdCommand::Write,
-        cookie: 1,
-        offset: 0,
-        length: 4096,
-    };
-    let mut msg = req.encode().to_vec();
-    msg.extend_from_slice(&[0x5a; 4096]);
-    s.write_all(&msg).await?;
-    if s.read_u32().await? != NBD_SIMPLE_REPLY_MAGIC {
-        return Err(bad("bad reply magic".into()));
-    }
-    let error = s.read_u32().await?;
-    let _cookie = s.read_u64().await?;
-    if error != 0 {
-        return Err(bad(format!("write failed with NBD error {error}")));
-    }
-    let disc = NbdRequest {
-        flags: 0,
-        command: NbdCommand::Disc,
-        cookie: 2,
-        offset: 0,
-        length: 0,
-    };
-    s.write_all(&disc.encode()).await?;
-    Ok(())
+async fn nbd_write_once(path: &str, name: &str) -> Result<()> {
+    let target = crate::nbd_client::Target::Unix(PathBuf::from(path));
+    let mut c = crate::nbd_client::NbdClient::connect(&target, name).await?;
+    c.write(0, &[0x5a; 4096]).await?;
+    c.disconnect().await
 }
 
 fn write_results(out: &Path, results: &[Measured], secs: f64) -> Result<()> {

@@ -157,17 +157,16 @@ impl DiffSummary {
 async fn changed_objects(ctx: &Ctx, plan: &Plan) -> Result<BTreeSet<u32>> {
     let s: Status = ctx.get("/api/status").await?;
     let mut out = BTreeSet::new();
+    let ids: Vec<String> = plan.ids.iter().map(|id| id.0.to_string()).collect();
+    let path = format!("/api/local/objects?vdis={}", ids.join(","));
     for n in s.map.nodes.values().filter(|n| n.state == NodeState::Up) {
-        for id in &plan.ids {
-            let path = format!("/api/local/objects?vdi={}", id.0);
-            let got: LocalObjects = ctx.get_at(&n.admin_addr, &path).await.with_context(|| {
-                format!(
-                    "Node {} did not list its objects: without it the diff could miss some",
-                    n.id
-                )
-            })?;
-            out.extend(got.indexes);
-        }
+        let got: LocalObjects = ctx.get_at(&n.admin_addr, &path).await.with_context(|| {
+            format!(
+                "Node {} did not list its objects: without it the diff could miss some",
+                n.id
+            )
+        })?;
+        out.extend(got.vdis.into_values().flatten());
     }
     Ok(out)
 }

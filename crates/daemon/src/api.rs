@@ -292,19 +292,22 @@ pub struct Flattened {
 /// `GET /api/local/objects` query.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectsQuery {
-    /// The VDI id (a snapshot's or a VDI's), as a number.
-    pub vdi: u32,
+    /// VDI ids (snapshots' or VDIs'), comma-separated numbers.
+    pub vdis: String,
 }
 
-/// `GET /api/local/objects?vdi=ID`: the objects of one VDI id on the answering node.
+/// Most VDI ids one `GET /api/local/objects` may name.
+pub const MAX_OBJECTS_QUERY_IDS: usize = 1024;
+
+/// `GET /api/local/objects?vdis=ID,ID,...`: the objects of some VDI ids on the
+/// answering node (one walk of its store for all of them).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LocalObjects {
     /// The node answering.
     pub node_id: NodeId,
-    /// The VDI id asked for.
-    pub vdi: drove_types::VdiId,
-    /// Object indexes stored, ascending.
-    pub indexes: Vec<u32>,
+    /// Object indexes stored, ascending, per VDI id asked for (every id asked for
+    /// is there, with no indexes when the node stores none of its objects).
+    pub vdis: std::collections::BTreeMap<drove_types::VdiId, Vec<u32>>,
 }
 
 /// `GET /api/usage`: what each VDI takes on the answering node.

@@ -173,27 +173,45 @@ async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<
     Ok(Json(api::Flattened { vdi, copied }))
 }
 
-/// `GET /api/local/objects?vdi=ID`: the indexes of the objects of VDI id `ID`
-/// this node stores, ascending (for `drove vdi export-diff`: the union over the up
-/// nodes is every object the id wrote).
+/// `GET /api/local/objects?vdis=ID,ID,...`: the indexes of the objects of those VDI
+/// ids this node stores, ascending, from one walk of the store (for `drove vdi
+/// export-diff`: the union over the up nodes is every object the ids wrote).
 async fn local_objects(
     State(a): State<Admin>,
     axum::extract::Query(q): axum::extract::Query<api::ObjectsQuery>,
 ) -> ApiResult<api::LocalObjects> {
+    let mut vdis: std::collections::BTreeMap<drove_types::VdiId, Vec<u32>> =
+        std::collections::BTreeMap::new();
+    let parts: Vec<&str> = q.vdis.split(',').collect();
+    if parts.len() > api::MAX_OBJECTS_QUERY_IDS {
+        return Err(Error::invalid(format!(
+            "{} VDI ids asked for: at most {}",
+            parts.len(),
+            api::MAX_OBJECTS_QUERY_IDS
+        ))
+        .into());
+    }
+    for part in parts {
+        let id: u32 = part.trim().parse().map_err(|_| {
+            Error::invalid(format!(
+                "Bad VDI id '{part}' in vdis: use numbers, comma-separated"
+            ))
+        })?;
+        vdis.insert(drove_types::VdiId(id), Vec::new());
+    }
     let store = a.recoverer.store().clone();
-    let vdi = drove_types::VdiId(q.vdi);
-    let mut indexes: Vec<u32> = drove_replica::local::blocking(&store, |s| s.list())
-        .await?
-        .into_iter()
-        .filter(|o| o.vdi == vdi)
-        .map(|o| o.index)
-        .collect();
-    indexes.sort_unstable();
-    indexes.dedup();
+    for o in drove_replica::local::blocking(&store, |s| s.list()).await? {
+        if let Some(v) = vdis.get_mut(&o.vdi) {
+            v.push(o.index);
+        }
+    }
+    for v in vdis.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
     Ok(Json(api::LocalObjects {
         node_id: a.meta.node_id(),
-        vdi,
-        indexes,
+        vdis,
     }))
 }
 
