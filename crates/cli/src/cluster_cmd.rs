@@ -36,6 +36,11 @@ pub enum ClusterCmd {
         /// down at least, whatever its heartbeats say (0 to 86400; default 60).
         #[arg(long)]
         hold_down: Option<f64>,
+        /// Recovery stops copying onto a node whose disk is this full, in percent
+        /// of its size (1 to 100; default 90; 100: never): copies that only restore
+        /// redundancy leave the last space to clients' writes. Ceph's backfillfull.
+        #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=100))]
+        backfill_full: Option<u8>,
     },
     /// Verify every block checksum of every object on every up node and repair bad
     /// copies from good replicas.
@@ -147,6 +152,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             down_after,
             recovery_rate,
             hold_down,
+            backfill_full,
         } => {
             let hold_down_ms = match hold_down {
                 Some(secs) if !(0.0..=86400.0).contains(&secs) => {
@@ -171,6 +177,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                         recovery_mib_s: recovery_rate,
                         hold_down_ms,
                         noout: None,
+                        backfill_full_pct: backfill_full,
                     },
                 )
                 .await?;
@@ -191,6 +198,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 "hold down:      {:.1} s (a node found silent stays down at least this long)",
                 s.hold_down_ms.unwrap_or(0) as f64 / 1000.0
             );
+            if let Some(pct) = s.backfill_full_pct {
+                println!("backfill full:  {pct} % (recovery stops copying onto a disk this full)");
+            }
             if s.noout == Some(true) {
                 println!("noout:          on (down nodes are not re-replicated)");
             }
@@ -205,11 +215,8 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 .post(
                     "/api/settings",
                     &Settings {
-                        default_copies: None,
-                        down_after_ms: None,
-                        recovery_mib_s: None,
-                        hold_down_ms: None,
                         noout: Some(value == OnOff::On),
+                        ..Default::default()
                     },
                 )
                 .await?;

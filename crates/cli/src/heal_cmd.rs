@@ -203,6 +203,12 @@ pub fn print_recovery(rs: &[Recovery]) {
             let p = &r.progress;
             let state = if p.clean {
                 "current".to_string()
+            } else if p.waiting_full > 0 {
+                format!(
+                    "held back: disk {:.0}% full; {} wait for room",
+                    p.disk_used_pct.unwrap_or(0.0),
+                    p.waiting_full
+                )
             } else if p.waiting_noout > 0 {
                 format!("recovering; {} wait for noout off", p.waiting_noout)
             } else {
@@ -270,7 +276,17 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
     if no_wait {
         return if ctx.json { print_json(&node) } else { Ok(()) };
     }
-    let tty = std::io::stderr().is_terminal() && !ctx.json;
+    // indicatif draws only on a terminal.
+    let progress = if ctx.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("[{bar:20}] {pos}/{len} objects copied, node {msg}")
+    {
+        progress.set_style(style.progress_chars("#>."));
+    }
     let started = std::time::Instant::now();
     loop {
         let s: Status = ctx.get("/api/status").await?;
@@ -289,13 +305,12 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
             .iter()
             .find(|r| r.node_id.0 == id)
             .map(|r| r.local_objects);
-        if tty {
-            eprint!(
-                "\r{} {done}/{total} objects copied, node {id} still holds {} ",
-                bar(done, total),
-                left.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
-            );
-        }
+        progress.set_length(total);
+        progress.set_position(done);
+        progress.set_message(format!(
+            "{id} still holds {}",
+            left.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
+        ));
         // A down node's copies are not sources and it cannot report: only the
         // others' recovery counts.
         if current && (left == Some(0) || down) {
@@ -306,9 +321,7 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    if tty {
-        eprintln!();
-    }
+    progress.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     let _: serde_json::Value = ctx
         .post(&format!("/api/nodes/{id}/remove"), &serde_json::json!({}))

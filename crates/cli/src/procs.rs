@@ -1,13 +1,14 @@
 //! The node processes of a local cluster (`drove up`, `drove down`): whether one
 //! still runs, and stopping them all, politely first.
 use drove_types::local_cluster::ClusterFile;
+use rustix::process::{Pid, Signal};
 use std::time::{Duration, Instant};
 
 /// Whether `pid` is a running process (a zombie, killed but not yet reaped by its
 /// parent, does not count).
 pub fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    if pid == 0 || unsafe { libc::kill(pid as i32, 0) } != 0 {
+    let exists = to_pid(pid).is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
+    if !exists {
         return false;
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -24,8 +25,7 @@ pub fn alive(pid: u32) -> bool {
 pub async fn stop(f: &ClusterFile) {
     for n in &f.nodes {
         if alive(n.pid) {
-            // SAFETY: sending a signal to a pid we started has no memory effects.
-            unsafe { libc::kill(n.pid as i32, libc::SIGTERM) };
+            signal(n.pid, Signal::TERM);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -36,8 +36,7 @@ pub async fn stop(f: &ClusterFile) {
     for n in &f.nodes {
         if alive(n.pid) {
             eprintln!("node {} did not stop in 15 s; killing it", n.id);
-            // SAFETY: as above.
-            unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
+            signal(n.pid, Signal::KILL);
         }
     }
     reap();
@@ -45,11 +44,19 @@ pub async fn stop(f: &ClusterFile) {
 
 /// Collect exited children so that `alive` does not see zombies.
 fn reap() {
-    loop {
-        // SAFETY: waitpid with WNOHANG on any child only reaps exited children.
-        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
-        if r <= 0 {
-            break;
-        }
+    // Ok(None): none has exited yet; an error: no child at all.
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+}
+
+/// `pid` as a process id; `None` for 0 and for numbers past `i32` (which `kill`
+/// would take as a process group or every process).
+fn to_pid(pid: u32) -> Option<Pid> {
+    Pid::from_raw(i32::try_from(pid).ok()?)
+}
+
+/// Send `sig` to process `pid` (nothing for a pid that cannot be one).
+fn signal(pid: u32, sig: Signal) {
+    if let Some(p) = to_pid(pid) {
+        let _ = rustix::process::kill_process(p, sig);
     }
 }

@@ -3,9 +3,9 @@
 //! progress line (rate, ETA) drawn from its `-p` output.
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
@@ -163,57 +163,38 @@ fn parse_percent(seg: &str) -> Option<f64> {
     (0.0..=100.0).contains(&p).then_some(p)
 }
 
-/// One redrawn line on stderr: percent, MiB/s, ETA. Silent when not on a terminal.
+/// One redrawn line on stderr (indicatif): percent, bytes per second, ETA. Silent
+/// when stderr is not a terminal or `on` is false.
 pub(crate) struct Progress {
-    start: Instant,
-    size: u64,
-    label: String,
-    on: bool,
-    drawn: Option<Instant>,
+    bar: indicatif::ProgressBar,
 }
 
 impl Progress {
     pub(crate) fn new(size: u64, label: &str, on: bool) -> Self {
-        Progress {
-            start: Instant::now(),
-            size,
-            label: label.to_string(),
-            on,
-            drawn: None,
-        }
-    }
-
-    pub(crate) fn update(&mut self, pct: f64) {
-        let now = Instant::now();
-        if !self.on
-            || self
-                .drawn
-                .is_some_and(|t| now - t < Duration::from_millis(100))
-        {
-            return;
-        }
-        self.drawn = Some(now);
-        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        let rate = self.size as f64 * pct / 100.0 / MIB / secs;
-        let eta = if pct > 0.0 {
-            let left = (secs * (100.0 - pct) / pct) as u64;
-            format!("{}:{:02}", left / 60, left % 60)
+        let bar = if on {
+            indicatif::ProgressBar::new(size)
         } else {
-            "--:--".to_string()
+            indicatif::ProgressBar::hidden()
         };
-        let mut e = std::io::stderr().lock();
-        let _ = write!(
-            e,
-            "\r{}: {pct:5.1}%  {rate:8.1} MiB/s  ETA {eta}\x1b[K",
-            self.label
-        );
-        let _ = e.flush();
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg}: {percent:>3}%  {binary_bytes_per_sec:>12}  ETA {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        bar.set_message(label.to_string());
+        Progress { bar }
     }
 
+    /// `pct` percent of the size is done.
+    pub(crate) fn update(&mut self, pct: f64) {
+        let size = self.bar.length().unwrap_or(0);
+        self.bar
+            .set_position((size as f64 * pct.clamp(0.0, 100.0) / 100.0) as u64);
+    }
+
+    /// Erase the line.
     pub(crate) fn finish(&mut self) {
-        if self.on && self.drawn.is_some() {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
+        self.bar.finish_and_clear();
     }
 }
 

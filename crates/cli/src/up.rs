@@ -232,7 +232,9 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
         // when the terminal that ran `drove up --detach` goes away.
         unsafe {
             cmd.pre_exec(|| {
-                libc::setsid();
+                // Fails only when the child already leads a process group, which
+                // a freshly forked one does not.
+                let _ = rustix::process::setsid();
                 Ok(())
             });
         }
@@ -440,10 +442,7 @@ async fn start_nodes(
                 "/api/settings",
                 &drove_daemon::api::Settings {
                     default_copies: Some(copies),
-                    down_after_ms: None,
-                    recovery_mib_s: None,
-                    hold_down_ms: None,
-                    noout: None,
+                    ..Default::default()
                 },
             )
             .await

@@ -3,20 +3,15 @@
 //! cluster's error says.
 mod common;
 use common::*;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 
 /// The write end of a pipe whose read end is already closed, as after
 /// `drove … | head -1` once head has exited: every write to it fails (EPIPE).
 fn closed_pipe() -> Stdio {
-    let mut fds = [0; 2];
-    // SAFETY: pipe() writes two new descriptors into the array it is given.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe()");
-    // SAFETY: fds[0] was just made and is closed once, here.
-    unsafe { libc::close(fds[0]) };
-    // SAFETY: fds[1] was just made and nothing else owns it.
-    Stdio::from(unsafe { OwnedFd::from_raw_fd(fds[1]) })
+    let (read, write) = rustix::pipe::pipe().expect("pipe()");
+    drop(read);
+    Stdio::from(write)
 }
 
 /// Whether process `pid` ignores SIGPIPE (the SigIgn mask of /proc/PID/status).
@@ -27,7 +22,7 @@ fn ignores_sigpipe(pid: u32) -> bool {
         .find_map(|l| l.strip_prefix("SigIgn:"))
         .expect("SigIgn line");
     let mask = u64::from_str_radix(mask.trim(), 16).unwrap();
-    mask & (1 << (libc::SIGPIPE - 1)) != 0
+    mask & (1 << (Signal::PIPE.as_raw() - 1)) != 0
 }
 
 #[test]
@@ -56,7 +51,7 @@ fn test_printing_into_a_closed_pipe_does_not_panic() {
         assert_ne!(o.status.code(), Some(101), "drove {args:?}: {err}");
         // Ended by SIGPIPE like any Unix filter (or done before its first write).
         assert!(
-            o.status.signal() == Some(libc::SIGPIPE) || o.status.success(),
+            o.status.signal() == Some(Signal::PIPE.as_raw()) || o.status.success(),
             "drove {args:?} ended with {:?}: {err}",
             o.status
         );

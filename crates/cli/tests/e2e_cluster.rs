@@ -502,9 +502,8 @@ fn test_a_resize_whose_answer_is_lost_is_sent_again_and_applied_once() {
     assert_eq!(size(&c), 3 << 30);
 }
 
-fn signal(c: &Cluster, i: usize, sig: i32) {
-    // SAFETY: signalling a child process the test started.
-    unsafe { libc::kill(c.nodes[i].pid as i32, sig) };
+fn signal_node(c: &Cluster, i: usize, sig: Signal) {
+    signal(c.nodes[i].pid, sig);
 }
 
 /// A VDI created through one node can be attached at once on any other: a node that
@@ -520,12 +519,12 @@ fn test_a_vdi_created_through_one_node_attaches_at_once_on_every_other() {
     let c = Cluster::start(4, 2);
     for round in 0..4 {
         let name = format!("fresh{round}");
-        signal(&c, 3, libc::SIGSTOP);
+        signal_node(&c, 3, Signal::STOP);
         c.create_vdi(&name, "1M", &[]);
         let uri = c.nodes[3].uri(&name);
         let client = std::thread::spawn(move || try_qemu_io(&uri, &["read -P 0 0 4k".into()]));
         std::thread::sleep(std::time::Duration::from_millis(500));
-        signal(&c, 3, libc::SIGCONT);
+        signal_node(&c, 3, Signal::CONT);
         let out = client
             .join()
             .unwrap()

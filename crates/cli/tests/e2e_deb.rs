@@ -111,8 +111,7 @@ fn the_deb_installs_and_its_units_run_a_three_node_cluster() {
     ]) {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         skip("installing with the drove user's ownership and running nodes as it need root");
         return;
     }
@@ -420,7 +419,7 @@ fn the_deb_installs_and_its_units_run_a_three_node_cluster() {
         // SAFETY: umask is async-signal-safe and touches nothing but the child's mask.
         unsafe {
             cmd.pre_exec(move || {
-                libc::umask(umask as libc::mode_t);
+                let _ = rustix::process::umask(rustix::fs::Mode::from_raw_mode(umask));
                 Ok(())
             });
         }
@@ -512,8 +511,7 @@ fn the_deb_installs_and_its_units_run_a_three_node_cluster() {
 
     // 8. systemctl stop: SIGTERM, STOPPING=1, a clean exit.
     for n in nodes.iter_mut().rev() {
-        // SAFETY: signalling a child this test started.
-        unsafe { libc::kill(n.child.id() as i32, libc::SIGTERM) };
+        signal(n.child.id(), Signal::TERM);
         let msg = n.notification(Duration::from_secs(30));
         assert_eq!(msg.as_deref(), Some("STOPPING=1"), "{}", n.name);
         let end = Instant::now() + Duration::from_secs(60);

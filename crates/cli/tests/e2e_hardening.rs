@@ -166,11 +166,8 @@ fn test_deleting_an_open_vdi_names_its_clients_and_a_forced_delete_fails_their_r
 }
 
 fn alive(pid: u32) -> bool {
-    // SAFETY: probing (and reaping) a process this test started.
-    unsafe {
-        libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
-        libc::kill(pid as i32, 0) == 0
-    }
+    reap(pid);
+    exists(pid)
 }
 
 /// A node taken out with `node leave` learns it was removed, says so and stops; started

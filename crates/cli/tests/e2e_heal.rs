@@ -515,8 +515,7 @@ fn test_full_disk_on_one_node_degrades_cleanly_and_recovers_when_space_returns()
     if !require(&["qemu-io"]) {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         skip("mounting a small tmpfs needs root");
         return;
     }
@@ -587,8 +586,9 @@ fn recovery_sum(s: &Value, field: &str) -> u64 {
 }
 
 /// Kill node `i` and wait until node 1 sees it down and every up node has worked
-/// out the new epoch with copies held back by noout; the status then.
-fn kill_under_noout(c: &Cluster, i: usize) -> Value {
+/// out the new epoch with copies held back (`held`: the progress field counting
+/// them, `waiting_noout` or `waiting_full`); the status then.
+fn kill_until_held(c: &Cluster, i: usize, held: &str) -> Value {
     c.kill(i);
     let id = c.nodes[i].id;
     wait_until(
@@ -606,9 +606,9 @@ fn kill_under_noout(c: &Cluster, i: usize) -> Value {
             let rec = s["recovery"].as_array().unwrap();
             let all_at =
                 rec.len() == 3 && rec.iter().all(|r| r["progress"]["epoch"].as_u64() == epoch);
-            let held = recovery_sum(&s, "waiting_noout") > 0;
+            let waiting = recovery_sum(&s, held) > 0;
             last = s;
-            all_at && held
+            all_at && waiting
         },
     );
     last
@@ -649,7 +649,7 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
     assert!(c.metrics(0).contains("drove_cluster_noout 1"));
 
     // Down under noout: nothing is copied.
-    let s = kill_under_noout(&c, 3);
+    let s = kill_until_held(&c, 3, "waiting_noout");
     assert_eq!(recovery_sum(&s, "bytes"), 0, "copied under noout: {s}");
     assert_eq!(recovery_sum(&s, "done"), 0, "recovered under noout: {s}");
     let t = text(&c.drove(0, &["cluster", "status"]));
@@ -688,7 +688,7 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
     );
 
     // Down again, then noout off: the copies that waited are made elsewhere.
-    kill_under_noout(&c, 3);
+    kill_until_held(&c, 3, "waiting_noout");
     let o = c.drove(0, &["cluster", "set", "noout", "off"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("noout: off"), "{}", text(&o));
@@ -707,6 +707,81 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
         &[
             "read -P 0x22 0 8M".to_string(),
             "read -P 0x11 8M 56M".to_string(),
+        ],
+    );
+}
+
+/// `drove cluster config --backfill-full PCT`: a node whose disk is at or past it
+/// copies nothing in the background (its objects wait, and `cluster health`,
+/// `cluster status` and /metrics say why) while client writes go on; with room
+/// again (here: the setting raised) the copies are made and every replica matches.
+/// Without it, recovery onto a filling disk took the last free space and then
+/// failed client writes with ENOSPC (bench/results/paper-full-2026-11-24-enospc.md).
+#[test]
+fn test_recovery_waits_for_room_on_a_disk_past_backfill_full() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(4, 4);
+    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi("vm", "64M", &["--copies", "2"]);
+    let uri = c.nodes[0].uri("vm");
+    qemu_io(&uri, &["write -P 0x31 0 64M".to_string()]);
+
+    // Every filesystem this test can run on is more than 1 % full.
+    let o = c.drove(1, &["cluster", "config", "--backfill-full", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("backfill full:  1 %"), "{}", text(&o));
+    for bad in ["0", "101", "x"] {
+        let o = c.drove(1, &["cluster", "config", "--backfill-full", bad]);
+        assert!(!o.status.success(), "--backfill-full {bad} accepted");
+    }
+
+    let s = kill_until_held(&c, 3, "waiting_full");
+    assert_eq!(recovery_sum(&s, "bytes"), 0, "copied onto a full disk: {s}");
+    let h = c.drove(2, &["cluster", "health", "--json"]);
+    let hj: Value = serde_json::from_slice(&h.stdout).unwrap();
+    assert!(
+        hj["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["check"] == "recovery"
+                && k["message"].as_str().unwrap().contains("backfill-full")),
+        "{hj}"
+    );
+    let t = text(&c.drove(0, &["cluster", "status"]));
+    assert!(t.contains("wait for room"), "{t}");
+    let held: u64 = (0..3)
+        .flat_map(|i| {
+            c.metrics(i)
+                .lines()
+                .filter_map(|l| l.strip_prefix("drove_recovery_waiting_full_objects "))
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    assert!(held > 0, "no held-back objects in /metrics");
+
+    // Client writes go on meanwhile (a held-back copy they touch is recovered on
+    // demand first).
+    qemu_io(&uri, &["write -P 0x32 0 8M".to_string()]);
+
+    // Room again: the copies are made.
+    let o = c.drove(0, &["cluster", "config", "--backfill-full", "100"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = wait_recovered(&c, 0, Duration::from_secs(120));
+    assert!(recovery_sum(&s, "bytes") > 0, "nothing copied: {s}");
+    assert_eq!(recovery_sum(&s, "waiting_full"), 0, "{s}");
+    let r = check(&c, 0, "vm", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(r["degraded"], 0, "{r}");
+    qemu_io(
+        &c.nodes[1].uri("vm"),
+        &[
+            "read -P 0x32 0 8M".to_string(),
+            "read -P 0x31 8M 56M".to_string(),
         ],
     );
 }

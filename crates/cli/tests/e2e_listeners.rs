@@ -47,21 +47,13 @@ fn test_a_node_out_of_file_descriptors_keeps_accepting_on_every_port() {
         before > 0 && (before as u64) < LIMIT - 64,
         "{before} descriptors open"
     );
-    let lim = libc::rlimit {
-        rlim_cur: LIMIT,
-        rlim_max: LIMIT,
+    let lim = rustix::process::Rlimit {
+        current: Some(LIMIT),
+        maximum: Some(LIMIT),
     };
-    // SAFETY: prlimit reads `lim` and writes nothing (no old-limit pointer); the
-    // target is a node process this test started, under the same user.
-    let rc = unsafe {
-        libc::prlimit(
-            n.pid as libc::pid_t,
-            libc::RLIMIT_NOFILE,
-            &lim,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let pid = rustix::process::Pid::from_raw(n.pid as i32);
+    assert!(pid.is_some(), "node pid {}", n.pid);
+    rustix::process::prlimit(pid, rustix::process::Resource::Nofile, lim).expect("prlimit");
 
     // Fill the node's descriptor table with idle admin connections (those it cannot
     // accept wait in the backlog), then knock on the peer port too.

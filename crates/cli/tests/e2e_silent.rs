@@ -58,11 +58,6 @@ fn longest_pause(log: &std::path::Path) -> (Duration, usize) {
     (Duration::from_millis(gap), times.len())
 }
 
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: signalling a node process this test started.
-    unsafe { libc::kill(pid as i32, sig) };
-}
-
 /// Stop a replica (not the gateway, not the metadata leader) with SIGSTOP for 4 s
 /// under fio at `qd` through node 1; then check the pause, the mark-down and its
 /// reason, the catch-up after SIGCONT and every acknowledged block.
@@ -82,10 +77,10 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     let log = dir.path().join("w");
     let load = fio(&c.nodes[0].uri("s"), qd, &log);
     std::thread::sleep(Duration::from_secs(2));
-    signal(victim.pid, libc::SIGSTOP);
+    signal(victim.pid, Signal::STOP);
     let stopped = Instant::now();
     std::thread::sleep(Duration::from_secs(4));
-    signal(victim.pid, libc::SIGCONT);
+    signal(victim.pid, Signal::CONT);
     let o = load.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     let j: Value = out

@@ -577,6 +577,14 @@ async fn settings(
             );
         }
     }
+    if let Some(pct) = req.backfill_full_pct {
+        if a.meta.state().settings.backfill_full_pct != pct {
+            a.meta.execute(Command::SetBackfillFull(pct)).await?;
+            tracing::warn!(
+                "backfill-full set to {pct} % by an operator: recovery stops copying onto disks this full"
+            );
+        }
+    }
     let s = a.meta.state().settings.clone();
     Ok(Json(api::Settings {
         default_copies: Some(s.default_copies),
@@ -584,5 +592,6 @@ async fn settings(
         recovery_mib_s: Some(s.recovery_mib_s),
         hold_down_ms: Some(s.hold_down_ms),
         noout: Some(s.noout),
+        backfill_full_pct: Some(s.backfill_full_pct),
     }))
 }

@@ -110,7 +110,7 @@ pub struct LockBreak {
 }
 
 /// `POST /api/settings`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Settings {
     /// Copies of VDIs created without `--copies`.
     pub default_copies: Option<u8>,
@@ -126,6 +126,9 @@ pub struct Settings {
     /// Maintenance flag: down nodes are not re-replicated while it is set.
     #[serde(default)]
     pub noout: Option<bool>,
+    /// Recovery stops copying onto a node whose disk is this full (percent in use).
+    #[serde(default)]
+    pub backfill_full_pct: Option<u8>,
 }
 
 /// An error body: `{"error": "not_found", "message": "..."}`.

@@ -8,7 +8,6 @@
 use drove_types::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The held lock; dropping it (or the process ending) releases it.
@@ -30,12 +29,10 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io(format!("Cannot open {}", path.display()), e))?;
-        // SAFETY: flock takes a descriptor this function owns (`file` outlives the
-        // call) and flags; it touches no memory.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        // An exclusive flock, not waited for.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
                 let mut pid = String::new();
                 let _ = file.read_to_string(&mut pid);
                 let pid = pid.trim();
@@ -52,7 +49,9 @@ impl DirLock {
                     ),
                 ));
             }
-            return Err(Error::io(format!("Cannot lock {}", path.display()), err));
+            Err(std::fs::TryLockError::Error(err)) => {
+                return Err(Error::io(format!("Cannot lock {}", path.display()), err));
+            }
         }
         // Ours now: record who holds it, for the message above.
         let record = file

@@ -39,24 +39,7 @@ const MAX_LAGS: usize = 10_000;
 /// Size and free space (for an unprivileged writer) of the filesystem holding
 /// `dir`, in bytes; `None` if it cannot be read.
 pub(crate) fn disk_space(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain old data; all-zero bytes are a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs writes only into `st`; `path` is NUL-terminated and outlives
-    // the call.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    // Like df: the size is what is used plus what is available to non-root (the
-    // blocks reserved for root are neither).
-    let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64);
-    let avail = st.f_bavail as u64;
-    Some((
-        used.saturating_add(avail).saturating_mul(frsize),
-        avail.saturating_mul(frsize),
-    ))
+    drove_objstore::disk_space(dir).map(|d| (d.size, d.free))
 }
 
 fn unix_ms() -> u64 {
@@ -426,6 +409,13 @@ fn recovering(n: NodeId, h: &LocalHealth, epoch: u64) -> Option<HealthCheck> {
     };
     if p.waiting_noout > 0 {
         failed.push_str(&format!(" ({} held back by noout)", p.waiting_noout));
+    }
+    if p.waiting_full > 0 {
+        failed.push_str(&format!(
+            " ({} held back: its disk is {:.0}% full, at or past the cluster's backfill-full; free space or raise it with `drove cluster config --backfill-full`)",
+            p.waiting_full,
+            p.disk_used_pct.unwrap_or(0.0)
+        ));
     }
     Some(check(
         Level::Warn,

@@ -133,6 +133,30 @@ fn test_recovery_and_a_node_that_does_not_answer_warn() {
 }
 
 #[test]
+fn test_recovery_held_back_by_a_full_disk_says_so() {
+    let mut answers = all_healthy();
+    let mut r = healthy(2);
+    r.recovery = Progress {
+        epoch: 7,
+        total: 100,
+        done: 10,
+        clean: false,
+        waiting_full: 90,
+        disk_used_pct: Some(91.4),
+        ..Default::default()
+    };
+    answers[1] = answer(2, r);
+    let h = judge(NodeId(1), FRESH, &state(), &answers);
+    assert_eq!(h.status, Level::Warn, "{h:?}");
+    let rec = h.checks.iter().find(|c| c.check == "recovery").unwrap();
+    assert!(
+        rec.message
+            .contains("90 held back: its disk is 91% full, at or past the cluster's backfill-full"),
+        "{rec:?}"
+    );
+}
+
+#[test]
 fn test_an_answer_from_another_node_than_asked_is_not_taken() {
     let answers = vec![answer(2, healthy(3))];
     let h = judge(NodeId(1), FRESH, &state(), &answers);

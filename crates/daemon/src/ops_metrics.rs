@@ -280,6 +280,11 @@ fn render(s: &Snapshot) -> String {
         r.waiting_noout,
     );
     o.gauge(
+        "drove_recovery_waiting_full_objects",
+        "Objects of this node's recovery backlog held back because its disk is fuller than the cluster's backfill-full setting",
+        r.waiting_full,
+    );
+    o.gauge(
         "drove_recovery_clean",
         "1 when this node holds every object it should at its recovery epoch",
         u8::from(r.clean),
@@ -324,10 +329,8 @@ fn render(s: &Snapshot) -> String {
 /// This process as `/proc/self` describes it; `None` where there is no procfs.
 fn process() -> Option<Process> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let tick = rustix::param::clock_ticks_per_second();
+    let page = rustix::param::page_size();
     let boot = std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| boot_time(&s));
@@ -421,6 +424,7 @@ mod tests {
                 rate_bytes_s: 512.0,
                 clean: false,
                 waiting_noout: 2,
+                waiting_full: 3,
                 ..Default::default()
             },
             scrub: drove_replica::ScrubTotals {
@@ -465,6 +469,7 @@ mod tests {
             "drove_recovery_copied_bytes 2048",
             "drove_recovery_rate_bytes_per_second 512.0",
             "drove_recovery_waiting_noout_objects 2",
+            "drove_recovery_waiting_full_objects 3",
             "drove_recovery_clean 0",
             "# TYPE drove_scrub_runs counter",
             "drove_scrub_runs_total 2",

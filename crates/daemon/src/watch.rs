@@ -59,6 +59,7 @@ pub async fn follow(
             vdis: by_id.vdis.clone(),
             history: history.clone(),
             noout: state.settings.noout,
+            backfill_full_pct: state.settings.backfill_full_pct,
         };
         recoverer.update(view, state.settings.recovery_mib_s);
         exports.refresh(&state);

@@ -70,6 +70,20 @@ pub struct Settings {
     /// node is down waits. Writes still bring every copy they touch up to date.
     #[serde(default)]
     pub noout: bool,
+    /// Recovery stops copying onto a node whose disk is this full or fuller (percent
+    /// of its size in use; Ceph's backfillfull ratio): copies that are there only to
+    /// restore redundancy must not take the space its clients' writes need. 100:
+    /// never held back.
+    #[serde(default = "default_backfill_full_pct")]
+    pub backfill_full_pct: u8,
+}
+
+/// Default of [`Settings::backfill_full_pct`]: 90 %, between the 85 % at which
+/// `cluster health` warns of a disk near full and the 95 % at which it is an error.
+pub const DEFAULT_BACKFILL_FULL_PCT: u8 = 90;
+
+fn default_backfill_full_pct() -> u8 {
+    DEFAULT_BACKFILL_FULL_PCT
 }
 
 /// Default of [`Settings::hold_down_ms`]: one minute.
@@ -94,6 +108,7 @@ impl Default for Settings {
             recovery_mib_s: DEFAULT_RECOVERY_MIB_S,
             hold_down_ms: DEFAULT_HOLD_DOWN_MS,
             noout: false,
+            backfill_full_pct: DEFAULT_BACKFILL_FULL_PCT,
         }
     }
 }
@@ -492,6 +507,8 @@ pub enum Command {
     },
     /// Set (true) or clear the maintenance flag [`Settings::noout`].
     SetNoout(bool),
+    /// Change [`Settings::backfill_full_pct`] (1 to 100).
+    SetBackfillFull(u8),
 }
 
 impl Command {
@@ -527,6 +544,7 @@ impl Command {
             Command::RenameVdi { .. } => "RenameVdi",
             Command::BreakLock { .. } => "BreakLock",
             Command::SetNoout(_) => "SetNoout",
+            Command::SetBackfillFull(_) => "SetBackfillFull",
         }
     }
 }
@@ -867,6 +885,15 @@ impl MetaState {
             Command::BreakLock { vdi } => self.break_lock(vdi),
             Command::SetNoout(on) => {
                 self.settings.noout = *on;
+                Ok(Reply::Done)
+            }
+            Command::SetBackfillFull(pct) => {
+                if !(1..=100).contains(pct) {
+                    return Err(invalid(format!(
+                        "Bad backfill-full {pct} %: use 1 to 100 (percent of a disk in use)"
+                    )));
+                }
+                self.settings.backfill_full_pct = *pct;
                 Ok(Reply::Done)
             }
         }

@@ -41,10 +41,14 @@ impl FileStore {
             .truncate(false)
             .open(&lock_path)
             .map_err(|e| Error::io(format!("open {}", lock_path.display()), e))?;
-        sys::lock_exclusive(&lock).map_err(|e| {
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        // An exclusive flock, not waited for: two stores on one data directory would
+        // each have their own per-object locks and could tear blocks. It goes away
+        // when the file is closed.
+        lock.try_lock().map_err(|e| match e {
+            std::fs::TryLockError::WouldBlock => {
                 Error::unavailable(format!("data directory {} is in use", dir.display()))
-            } else {
+            }
+            std::fs::TryLockError::Error(e) => {
                 Error::io(format!("lock {}", lock_path.display()), e)
             }
         })?;
@@ -264,6 +268,10 @@ impl ObjectStore for FileStore {
             Ok(())
         })?;
         Ok(oids)
+    }
+
+    fn disk_space(&self) -> Option<crate::DiskSpace> {
+        sys::disk_space(self.layout.root())
     }
 
     fn usage(&self) -> Result<std::collections::BTreeMap<drove_types::VdiId, crate::Usage>> {

@@ -58,6 +58,11 @@ impl Layout {
         Ok(layout)
     }
 
+    /// `DIR/objects`.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     fn vdi_dir(&self, vdi: VdiId) -> PathBuf {
         self.root.join(format!("{:08x}", vdi.0))
     }

@@ -37,6 +37,7 @@ mod sys;
 
 pub use file::FileStore;
 pub use mem::MemStore;
+pub use sys::{disk_space, DiskSpace};
 
 use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};
 
@@ -119,6 +120,12 @@ pub trait ObjectStore: Send + Sync {
 
     /// Objects and bytes allocated on disk, per VDI, for reporting.
     fn usage(&self) -> Result<std::collections::BTreeMap<drove_types::VdiId, Usage>>;
+
+    /// Size and free space of the disk the store writes to (`None`: unknown, or
+    /// no disk). Recovery stops copying onto a disk that is too full.
+    fn disk_space(&self) -> Option<DiskSpace> {
+        None
+    }
 }
 
 /// What one VDI takes in a store.

@@ -27,6 +27,8 @@ pub struct MemStore {
     objects: Mutex<BTreeMap<ObjectId, Obj>>,
     /// Flushes fail with an I/O error while set ([`MemStore::fail_flushes`]).
     flush_fails: std::sync::atomic::AtomicBool,
+    /// What [`ObjectStore::disk_space`] answers ([`MemStore::set_disk_space`]).
+    space: Mutex<Option<crate::DiskSpace>>,
 }
 
 impl Default for MemStore {
@@ -43,7 +45,14 @@ impl MemStore {
             object_size,
             objects: Mutex::new(BTreeMap::new()),
             flush_fails: Default::default(),
+            space: Mutex::new(None),
         }
+    }
+
+    /// Make [`ObjectStore::disk_space`] answer `space`, as if the store sat on a
+    /// disk that size and that full. For fault tests (a full disk).
+    pub fn set_disk_space(&self, space: Option<crate::DiskSpace>) {
+        *self.space.lock() = space;
     }
 
     /// While `fail` is set, every flush fails with an I/O error, as an fsync on a
@@ -211,6 +220,10 @@ impl ObjectStore for MemStore {
     fn delete(&self, oid: ObjectId) -> Result<()> {
         self.lock().remove(&oid);
         Ok(())
+    }
+
+    fn disk_space(&self) -> Option<crate::DiskSpace> {
+        *self.space.lock()
     }
 
     fn usage(&self) -> Result<BTreeMap<drove_types::VdiId, crate::Usage>> {

@@ -373,7 +373,7 @@ impl ObjFile {
                 }
                 match direct.write_all_at(piece, b * BS) {
                     Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self
+                    Err(e) if crate::sys::is_invalid(&e) => self
                         .data
                         .write_all_at(piece, b * BS)
                         .map_err(|e| self.io_err("write", e))?,

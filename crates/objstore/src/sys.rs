@@ -1,10 +1,13 @@
 //! The few system calls the object store needs beyond `std`: reads that treat the end
-//! of a sparse file as zeros, hole punching, the data-directory lock and the file
-//! descriptor limit that sizes the open-file cache.
+//! of a sparse file as zeros, hole punching, the file descriptor limit that sizes
+//! the open-file cache and the free space of the disk.
+//! Through rustix, which wraps each call safely; only `sync_file_range`, which it
+//! does not wrap, goes to libc.
+use rustix::io::Errno;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
+use std::path::Path;
 
 /// Zeros used to write zeros without allocating (hole-punch fallback, checksum entries).
 pub(crate) static ZEROS: [u8; 64 * 1024] = [0u8; 64 * 1024];
@@ -29,31 +32,15 @@ pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Resu
 /// first (a 4 MiB memset per object read showed up in recovery profiles); what lies
 /// past the end of the file reads as zeros.
 pub(crate) fn read_new_at(file: &File, len: usize, offset: u64) -> io::Result<Vec<u8>> {
-    use std::os::fd::AsRawFd;
     let mut buf: Vec<u8> = Vec::with_capacity(len);
     while buf.len() < len {
-        let done = buf.len();
-        // SAFETY: pread writes at most `len - done` bytes into the spare capacity
-        // starting at `done`, which the Vec owns; no reference to uninitialised
-        // memory is made, and the length only grows over bytes pread wrote.
-        let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                buf.as_mut_ptr().add(done).cast(),
-                len - done,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            0 => break,
-            // SAFETY: pread initialised `n` more bytes after `done`.
-            n if n > 0 => unsafe { buf.set_len(done + n as usize) },
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+        let at = offset + buf.len() as u64;
+        // Reads into the spare capacity and grows the length by what was read.
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     buf.resize(len, 0);
@@ -90,11 +77,11 @@ pub(crate) fn open_direct(path: &std::path::Path) -> io::Result<Option<File>> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_DIRECT)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
         .open(path)
     {
         Ok(f) => Ok(Some(f)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) if e.raw_os_error() == Some(Errno::INVAL.raw_os_error()) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -114,58 +101,60 @@ pub(crate) fn write_zeros_at(file: &File, mut offset: u64, mut len: u64) -> io::
 /// keeping the file size. Falls back to writing zeros on file systems without
 /// hole punching.
 pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    };
+    use rustix::fs::FallocateFlags;
+    if i64::try_from(offset).is_err() || i64::try_from(len).is_err() {
+        return Err(Errno::INVAL.into());
+    }
     loop {
-        // SAFETY: fallocate only reads its integer arguments; the descriptor is owned
-        // by `file`, which outlives the call.
-        let rc = unsafe {
-            libc::fallocate(
-                file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                off,
-                n,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EOPNOTSUPP) => return write_zeros_at(file, offset, len),
-            _ => return Err(err),
+        let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(file, mode, offset, len) {
+            Ok(()) => return Ok(()),
+            Err(Errno::INTR) => {}
+            Err(Errno::OPNOTSUPP) => return write_zeros_at(file, offset, len),
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
-/// Take an exclusive, non-blocking `flock` on `file`: two stores on one data
-/// directory would each have their own per-object locks and could tear blocks.
-/// The lock goes away when `file` is closed.
-pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
-    loop {
-        // SAFETY: flock only takes a descriptor owned by `file` and a flag word.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
+/// Whether `e` is EINVAL (a direct write the disk refused).
+pub(crate) fn is_invalid(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(Errno::INVAL.raw_os_error())
 }
 
-/// The soft limit on open file descriptors, if it can be read.
+/// The soft limit on open file descriptors (`None`: unlimited).
 pub(crate) fn nofile_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one `rlimit` into the valid, exclusively borrowed `lim`.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    (rc == 0).then_some(lim.rlim_cur)
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// Size and free space of a filesystem, in bytes, as `df` shows them: the size is
+/// what is used plus what an unprivileged writer may still use (blocks reserved for
+/// root count as neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Used plus available bytes.
+    pub size: u64,
+    /// Bytes an unprivileged writer may still use.
+    pub free: u64,
+}
+
+impl DiskSpace {
+    /// Share of the size in use, 0 to 100 (100 for an empty size).
+    pub fn used_pct(&self) -> f64 {
+        if self.size == 0 {
+            return 100.0;
+        }
+        100.0 * self.size.saturating_sub(self.free) as f64 / self.size as f64
+    }
+}
+
+/// The [`DiskSpace`] of the filesystem holding `path`; `None` if it cannot be read.
+pub fn disk_space(path: &Path) -> Option<DiskSpace> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    let used = st.f_blocks.saturating_sub(st.f_bfree);
+    Some(DiskSpace {
+        size: used.saturating_add(st.f_bavail).saturating_mul(st.f_frsize),
+        free: st.f_bavail.saturating_mul(st.f_frsize),
+    })
 }
 
 #[cfg(test)]
@@ -206,15 +195,30 @@ mod tests {
     }
 
     #[test]
-    fn test_second_lock_is_refused() {
+    fn test_disk_space_matches_df() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || File::create(dir.path().join("LOCK")).unwrap();
-        let a = open();
-        lock_exclusive(&a).unwrap();
-        let b = open();
-        let err = lock_exclusive(&b).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EWOULDBLOCK));
-        drop(a);
-        lock_exclusive(&b).unwrap();
+        let d = disk_space(dir.path()).unwrap();
+        assert!(d.size > 0 && d.free <= d.size, "{d:?}");
+        // df's own figures for the same filesystem (free space moves a little
+        // meanwhile: other processes write).
+        let o = std::process::Command::new("df")
+            .args(["--output=used,avail", "-B1"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let nums: Vec<u64> = out
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        // Like ours, df's use percentage counts used plus available as the size.
+        let (size, avail) = (nums[0] + nums[1], nums[1]);
+        let near = |a: u64, b: u64| a.abs_diff(b) <= (1 << 30).max(b / 100);
+        assert!(near(d.size, size), "statvfs {d:?}, df size {size}");
+        assert!(near(d.free, avail), "statvfs {d:?}, df avail {avail}");
+        assert!(disk_space(&dir.path().join("missing")).is_none());
     }
 }

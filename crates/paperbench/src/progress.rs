@@ -1,7 +1,7 @@
 //! The progress line: which point runs, how many are left, and an ETA from the
-//! time the finished runs took. On a terminal the line is rewritten in place; in a
-//! log (tests, CI) each run gets its own line.
-use std::io::{IsTerminal, Write};
+//! time the finished runs took. On a terminal the line is rewritten in place
+//! (indicatif); in a log (tests, CI) each run gets its own line.
+use std::io::IsTerminal;
 use std::time::Instant;
 
 /// Progress of the measured runs (one run = one point's repeat on one system).
@@ -12,7 +12,8 @@ pub struct Progress {
     done_runs: usize,
     run_secs: f64,
     guess_secs: f64,
-    tty: bool,
+    /// The line redrawn in place, on a terminal only.
+    bar: Option<indicatif::ProgressBar>,
     started: Instant,
 }
 
@@ -36,7 +37,13 @@ impl Progress {
             done_runs: 0,
             run_secs: 0.0,
             guess_secs,
-            tty: std::io::stderr().is_terminal(),
+            bar: std::io::stderr().is_terminal().then(|| {
+                let bar = indicatif::ProgressBar::no_length();
+                if let Ok(style) = indicatif::ProgressStyle::with_template("{msg}") {
+                    bar.set_style(style);
+                }
+                bar
+            }),
             started: Instant::now(),
         }
     }
@@ -66,13 +73,10 @@ impl Progress {
     /// Show that run `point` starts.
     pub fn begin(&self, point: usize, what: &str) {
         let line = self.line(point, what);
-        let mut e = std::io::stderr();
-        if self.tty {
-            let _ = write!(e, "\r\x1b[2K{line}");
-        } else {
-            let _ = writeln!(e, "{line}");
+        match &self.bar {
+            Some(bar) => bar.set_message(line),
+            None => say!("{line}"),
         }
-        let _ = e.flush();
     }
 
     /// Record that a run took `secs`.
@@ -83,16 +87,16 @@ impl Progress {
 
     /// Print a message on its own line (keeps the progress line intact).
     pub fn note(&self, msg: &str) {
-        if self.tty {
-            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        match &self.bar {
+            Some(bar) => bar.suspend(|| say!("{msg}")),
+            None => say!("{msg}"),
         }
-        say!("{msg}");
     }
 
     /// End the progress display.
     pub fn finish(&self) {
-        if self.tty {
-            say!("");
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
         }
         say!(
             "{} runs done in {}",

@@ -4,7 +4,6 @@
 //! has one row per point; indexes.csv one row per computed index.
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Op, System};
@@ -233,64 +232,77 @@ fn join(v: &[f64]) -> String {
         .join(";")
 }
 
+/// `header` (comma-separated names) and `rows` as CSV text, fields quoted where
+/// they need it (the csv crate).
+fn to_csv(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    // Writing into memory fails only if a row has another length than the header,
+    // which the callers below never make.
+    let _ = w.write_record(header.split(','));
+    for r in rows {
+        let _ = w.write_record(&r);
+    }
+    w.into_inner()
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default()
+}
+
 /// results.csv: one row per point; lists inside a field are `;`-separated.
 pub fn points_csv(points: &[PointResult]) -> String {
-    let mut s = String::from(CSV_HEADER);
-    s.push('\n');
-    for p in points {
-        let min = p
-            .per_client_mbps
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        let max = p.per_client_mbps.iter().copied().fold(0.0, f64::max);
-        let t = &p.traffic;
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{},{},{:.1},{:.1},{},{},{},{},{},{},{},{}",
-            p.system.name(),
-            p.op.name(),
-            p.x,
-            p.delay_ms,
-            p.mean_mbps,
-            p.aggregate_mbps,
-            if min.is_finite() { min } else { 0.0 },
-            max,
-            join(&p.per_client_mbps),
-            join(&p.repeat_mean_mbps),
-            p.cpu_busy_pct,
-            p.experiment_cpu_pct,
-            p.cpu_bound,
-            t.client_bytes,
-            t.peer_sent_bytes,
-            t.peer_received_bytes,
-            t.cross_zone_sent_bytes,
-            t.cross_zone_received_bytes,
-            t.proxy_bytes.map_or("n/a".to_string(), |b| b.to_string()),
-            t.computed_wan_bytes,
-        );
-    }
-    s
+    to_csv(
+        CSV_HEADER,
+        points.iter().map(|p| {
+            let min = p
+                .per_client_mbps
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            let max = p.per_client_mbps.iter().copied().fold(0.0, f64::max);
+            let t = &p.traffic;
+            let mbps = |v: f64| format!("{v:.3}");
+            vec![
+                p.system.name().to_string(),
+                p.op.name().to_string(),
+                p.x.to_string(),
+                p.delay_ms.to_string(),
+                mbps(p.mean_mbps),
+                mbps(p.aggregate_mbps),
+                mbps(if min.is_finite() { min } else { 0.0 }),
+                mbps(max),
+                join(&p.per_client_mbps),
+                join(&p.repeat_mean_mbps),
+                format!("{:.1}", p.cpu_busy_pct),
+                format!("{:.1}", p.experiment_cpu_pct),
+                p.cpu_bound.to_string(),
+                t.client_bytes.to_string(),
+                t.peer_sent_bytes.to_string(),
+                t.peer_received_bytes.to_string(),
+                t.cross_zone_sent_bytes.to_string(),
+                t.cross_zone_received_bytes.to_string(),
+                t.proxy_bytes.map_or("n/a".to_string(), |b| b.to_string()),
+                t.computed_wan_bytes.to_string(),
+            ]
+        }),
+    )
 }
 
 /// indexes.csv: one row per index; `n/a` where it cannot be computed.
 pub fn indexes_csv(rows: &[IndexRow]) -> String {
-    let mut s = String::from("index,system,op,x,delay_ms,value,cpu_bound\n");
-    for r in rows {
-        let v = r.value.map_or("n/a".to_string(), |v| format!("{v:.4}"));
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{}",
-            r.kind.name(),
-            r.system.name(),
-            r.op.name(),
-            r.x,
-            r.delay_ms,
-            v,
-            r.cpu_bound
-        );
-    }
-    s
+    to_csv(
+        "index,system,op,x,delay_ms,value,cpu_bound",
+        rows.iter().map(|r| {
+            vec![
+                r.kind.name().to_string(),
+                r.system.name().to_string(),
+                r.op.name().to_string(),
+                r.x.to_string(),
+                r.delay_ms.to_string(),
+                r.value.map_or("n/a".to_string(), |v| format!("{v:.4}")),
+                r.cpu_bound.to_string(),
+            ]
+        }),
+    )
 }
 
 /// Write `text` to `path`.
@@ -394,6 +406,12 @@ mod tests {
         b.traffic.peer_sent_bytes = 250;
         assert_eq!(b.transfer_efficiency(), None);
         assert_eq!(b.cross_zone_efficiency(), None);
+    }
+
+    #[test]
+    fn test_csv_fields_are_quoted_where_they_need_it() {
+        let rows = vec![vec!["x,y".to_string(), "say \"hi\"".to_string()]];
+        assert_eq!(to_csv("a,b", rows), "a,b\n\"x,y\",\"say \"\"hi\"\"\"\n");
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct View {
     /// The maintenance flag `noout`: copies this node holds only because some node
     /// is down are not copied in the background (see [`as_if_up`]).
     pub noout: bool,
+    /// Background copying stops while this node's disk is this full or fuller
+    /// (percent in use; 0: never). Ceph's backfillfull ratio.
+    pub backfill_full_pct: u8,
 }
 
 /// How a round of [`Recoverer::recover_all`] ended.
@@ -59,6 +62,18 @@ enum Round {
     Again,
     /// Only copies that `noout` holds back are left.
     Waiting,
+    /// This node's disk is too full ([`View::backfill_full_pct`]): copying waits
+    /// for room, which is looked for again every [`FULL_RECHECK`].
+    Full,
+}
+
+/// How often recovery held back by a full disk looks again for room.
+const FULL_RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether a disk `used_pct` percent full is too full for background copies under
+/// a backfill-full setting of `limit_pct` (0: no limit).
+fn backfill_full(used_pct: f64, limit_pct: u8) -> bool {
+    limit_pct > 0 && used_pct >= f64::from(limit_pct)
 }
 
 /// `map` with every down node up again: where objects would be if no node were
@@ -134,6 +149,14 @@ pub struct Progress {
     /// because a node is down.
     #[serde(default)]
     pub waiting_noout: u64,
+    /// Objects whose copy waits for room: this node's disk is fuller than the
+    /// cluster's backfill-full setting.
+    #[serde(default)]
+    pub waiting_full: u64,
+    /// Percent of this node's disk in use, when recovery last looked (None: not
+    /// known).
+    #[serde(default)]
+    pub disk_used_pct: Option<f64>,
 }
 
 struct Pass {
@@ -147,6 +170,10 @@ struct Pass {
     clean: bool,
     /// Pending objects left alone under `noout` in the last round.
     waiting: u64,
+    /// Pending objects left alone in the last round because the disk is too full.
+    waiting_full: u64,
+    /// Percent of the disk in use at the last look.
+    disk_used_pct: Option<f64>,
 }
 
 impl Pass {
@@ -162,6 +189,8 @@ impl Pass {
             finished: None,
             clean: false,
             waiting: 0,
+            waiting_full: 0,
+            disk_used_pct: None,
         }
     }
 }
@@ -223,6 +252,7 @@ impl Recoverer {
         self.view_tx.send_if_modified(|cur| {
             let changed = cur.map.epoch != view.map.epoch
                 || cur.noout != view.noout
+                || cur.backfill_full_pct != view.backfill_full_pct
                 || cur.map.nodes.is_empty() != view.map.nodes.is_empty()
                 || !(Arc::ptr_eq(&cur.vdis, &view.vdis) || cur.vdis == view.vdis);
             if changed {
@@ -312,6 +342,8 @@ impl Recoverer {
             clean: p.clean,
             limit_mib_s: self.limit_mib_s.load(Ordering::Relaxed),
             waiting_noout: p.waiting,
+            waiting_full: p.waiting_full,
+            disk_used_pct: p.disk_used_pct,
         }
     }
 
@@ -349,6 +381,10 @@ impl Recoverer {
                 } else {
                     let _ = tokio::time::timeout(Duration::from_secs(1), rx.changed()).await;
                 }
+            } else if round == Round::Full {
+                // Room comes back when clients delete or trim, or copies move away:
+                // nothing tells, so look again a little later.
+                let _ = tokio::time::timeout(FULL_RECHECK, rx.changed()).await;
             } else if round == Round::Waiting {
                 // Only copies that wait for noout are left: nothing to do until the
                 // view changes (noout cleared, a node back, a new epoch).
@@ -503,15 +539,27 @@ impl Recoverer {
         }
         // A few objects at a time: one object is a chain of round trips, disk reads
         // and writes, and one at a time leaves both the network and the disks idle
-        // most of the time.
+        // most of the time. The disk's room is looked at before each object: a
+        // pass of many objects can fill it.
+        let full = std::sync::atomic::AtomicBool::new(self.disk_full(view));
         stream::iter(todo)
-            .take_while(|_| futures::future::ready(!rx.has_changed().unwrap_or(false)))
-            .for_each_concurrent(PARALLEL, |oid| async move {
-                match self.recover(oid, true).await {
-                    Ok(()) => self.count(|p| p.done += 1),
-                    Err(e) => {
-                        tracing::warn!(%oid, "recovery of the object failed: {e}");
-                        self.count(|p| p.failed += 1);
+            .take_while(|_| {
+                let stop = rx.has_changed().unwrap_or(false) || full.load(Ordering::Relaxed);
+                futures::future::ready(!stop)
+            })
+            .for_each_concurrent(PARALLEL, |oid| {
+                let full = &full;
+                async move {
+                    if self.disk_full(view) {
+                        full.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    match self.recover(oid, true).await {
+                        Ok(()) => self.count(|p| p.done += 1),
+                        Err(e) => {
+                            tracing::warn!(%oid, "recovery of the object failed: {e}");
+                            self.count(|p| p.failed += 1);
+                        }
                     }
                 }
             })
@@ -524,6 +572,26 @@ impl Recoverer {
             .into_iter()
             .filter(|&o| view.holds(&view.map, self.me, o))
             .count() as u64;
+        let held = if full.load(Ordering::Relaxed) {
+            left.saturating_sub(waiting)
+        } else {
+            0
+        };
+        let before = std::mem::replace(&mut self.pass.lock().waiting_full, held);
+        if (held > 0) != (before > 0) {
+            let used = self.pass.lock().disk_used_pct.unwrap_or(0.0);
+            if held > 0 {
+                tracing::warn!(
+                    node = %self.me, held, used_pct = format!("{used:.1}"), backfill_full_pct = view.backfill_full_pct,
+                    "recovery: this node's disk is too full, copying waits for room (its objects stay below their copies)"
+                );
+            } else {
+                tracing::info!(node = %self.me, used_pct = format!("{used:.1}"), "recovery: the disk has room again, copying goes on");
+            }
+        }
+        if held > 0 {
+            return Round::Full;
+        }
         if left > 0 {
             // When all that is left is held back by noout, only a new view (noout
             // cleared, a node back, a new epoch) gives work again.
@@ -560,6 +628,18 @@ impl Recoverer {
 
     fn count(&self, f: impl FnOnce(&mut Pass)) {
         f(&mut self.pass.lock());
+    }
+
+    /// Whether this node's disk is at or past `view`'s backfill-full percent; how
+    /// full it is goes into the progress report. A store that cannot tell (no
+    /// disk) is never full.
+    fn disk_full(&self, view: &View) -> bool {
+        let Some(space) = self.local.store().disk_space() else {
+            return false;
+        };
+        let used = space.used_pct();
+        self.count(|p| p.disk_used_pct = Some(used));
+        backfill_full(used, view.backfill_full_pct)
     }
 
     fn slot(&self, oid: ObjectId) -> Arc<tokio::sync::Mutex<()>> {
@@ -889,6 +969,23 @@ mod tests {
     }
 
     #[test]
+    fn test_backfill_full_holds_back_at_and_past_the_limit() {
+        assert!(!backfill_full(89.9, 90));
+        assert!(backfill_full(90.0, 90));
+        assert!(backfill_full(99.0, 90));
+        assert!(!backfill_full(99.9, 100), "100 %: only a full disk");
+        assert!(backfill_full(100.0, 100));
+        assert!(!backfill_full(100.0, 0), "0: no limit");
+        let half = drove_objstore::DiskSpace {
+            size: 1000,
+            free: 500,
+        };
+        assert_eq!(half.used_pct(), 50.0);
+        let nothing = drove_objstore::DiskSpace { size: 0, free: 0 };
+        assert_eq!(nothing.used_pct(), 100.0, "an empty disk has no room");
+    }
+
+    #[test]
     fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
         use NodeState::{Down, Up};
         let oid = ObjectId::new(VdiId(7), 0);
@@ -927,6 +1024,7 @@ mod tests {
             vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
             history: Arc::new(maps),
             noout: false,
+            backfill_full_pct: 90,
         };
         let v2 = view(vec![m1.clone(), m2.clone()]);
         let all: BTreeSet<NodeId> = [1, 2, 3].map(NodeId).into();

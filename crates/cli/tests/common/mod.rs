@@ -9,6 +9,8 @@
 pub mod netns;
 pub mod vm;
 
+pub use rustix::process::Signal;
+
 use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
@@ -241,15 +243,11 @@ impl Cluster {
     }
 
     pub fn kill(&self, i: usize) {
-        // SAFETY: signalling a child process we started.
-        unsafe { libc::kill(self.nodes[i].pid as i32, libc::SIGKILL) };
         let pid = self.nodes[i].pid;
+        signal(pid, Signal::KILL);
         wait_until(Duration::from_secs(10), "killed node to exit", || {
-            // SAFETY: reaping / probing our own child.
-            unsafe {
-                libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
-                libc::kill(pid as i32, 0) != 0
-            }
+            reap(pid);
+            !exists(pid)
         });
     }
 
@@ -340,8 +338,7 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
         for n in &self.nodes {
-            // SAFETY: signalling processes this test started.
-            unsafe { libc::kill(n.pid as i32, libc::SIGKILL) };
+            signal(n.pid, Signal::KILL);
         }
     }
 }
@@ -382,4 +379,34 @@ pub fn try_qemu_io(uri: &str, cmds: &[String]) -> Result<String, String> {
         return Err(format!("qemu-io on {uri}: {t}"));
     }
     Ok(t)
+}
+
+/// `pid` as a process id (`None` for 0 and numbers past `i32`, which `kill` would
+/// take as a group or every process).
+fn to_pid(pid: u32) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
+}
+
+/// Send `sig` to process `pid`.
+pub fn signal(pid: u32, sig: Signal) {
+    if let Some(p) = to_pid(pid) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// Whether process `pid` exists (a zombie still does).
+pub fn exists(pid: u32) -> bool {
+    to_pid(pid).is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
+/// Collect child `pid` if it has exited (not waiting for it).
+pub fn reap(pid: u32) {
+    if let Some(p) = to_pid(pid) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+    }
+}
+
+/// Whether this test runs as root.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }

@@ -60,18 +60,17 @@ fn ip_ok(args: &[&str]) {
     assert!(o.status.success(), "ip {args:?} failed: {}", text(&o));
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only probes whether the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+fn pid_alive(pid: u32) -> bool {
+    super::exists(pid)
 }
 
 /// Kill every process left in namespace `ns`, then delete it (its veth ends go too).
 fn remove_ns(ns: &str) {
     let o = ip(&["netns", "pids", ns]);
     for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-        if let Ok(p) = pid.parse::<i32>() {
-            // SAFETY: only processes inside this test's own namespace.
-            unsafe { libc::kill(p, libc::SIGKILL) };
+        if let Ok(p) = pid.parse::<u32>() {
+            // Only processes inside this test's own namespace.
+            super::signal(p, super::Signal::KILL);
         }
     }
     let _ = ip(&["netns", "del", ns]);
@@ -86,7 +85,7 @@ fn clean_leftovers() {
         let Some(rest) = name.strip_prefix(PREFIX) else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
         if !pid_alive(pid) {
@@ -99,8 +98,7 @@ fn clean_leftovers() {
 /// Why partition tests cannot run here, if they cannot for want of root (the `ip`
 /// tool they also need is checked with `require`, so that CI insists on it).
 pub fn needs_root() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !super::is_root() {
         return Some("network namespaces need root");
     }
     None

@@ -66,6 +66,7 @@ fn test_default_state_counters() {
             recovery_mib_s: 200,
             hold_down_ms: 60_000,
             noout: false,
+            backfill_full_pct: 90,
         }
     );
 }
@@ -85,6 +86,24 @@ fn test_noout_is_set_and_cleared_and_old_settings_read_without_it() {
     let read: Settings = serde_json::from_str(old).unwrap();
     assert!(!read.noout);
     assert_eq!(read.hold_down_ms, 60_000);
+    assert_eq!(read.backfill_full_pct, 90);
+}
+
+#[test]
+fn test_backfill_full_is_a_percent() {
+    let mut s = MetaState::default();
+    for bad in [0, 101, 255] {
+        let e = s.apply(&Command::SetBackfillFull(bad), 0).unwrap_err();
+        assert_eq!(e.0, ErrorKind::Invalid, "{bad}");
+        assert_eq!(
+            s.settings.backfill_full_pct, 90,
+            "a refused value changes nothing"
+        );
+    }
+    s.apply(&Command::SetBackfillFull(75), 0).unwrap();
+    assert_eq!(s.settings.backfill_full_pct, 75);
+    s.apply(&Command::SetBackfillFull(100), 0).unwrap();
+    assert_eq!(s.settings.backfill_full_pct, 100);
 }
 
 #[test]
