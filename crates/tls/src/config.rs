@@ -1,7 +1,8 @@
 //! rustls configurations from certificate files, for any drove listener or dialer:
 //! NBD's STARTTLS now, peer and Raft mutual TLS later. One crypto provider (ring)
 //! and rustls's safe defaults (TLS 1.2 and 1.3, no weak suites).
-use crate::files::{load_certs, load_key};
+use crate::files::load_certs;
+use crate::reload::ReloadingIdentity;
 use crate::{Error, Result, CA_CERT, CLIENT_CERT, CLIENT_KEY, SERVER_CERT, SERVER_KEY};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -47,7 +48,7 @@ impl Identity {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -70,8 +71,9 @@ fn config_err(dir: &Path) -> impl FnOnce(rustls::Error) -> Error + '_ {
     }
 }
 
-/// A server presenting `id`, checking client certificates against the CA in `ca`
-/// as `auth` says.
+/// A server presenting `id` (read again when its files change: see
+/// [`crate::reload`]), checking client certificates against the CA in `ca` as `auth`
+/// says.
 pub fn server_config(ca: &Path, id: &Identity, auth: ClientAuth) -> Result<Arc<ServerConfig>> {
     let provider = provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -81,7 +83,7 @@ pub fn server_config(ca: &Path, id: &Identity, auth: ClientAuth) -> Result<Arc<S
         ClientAuth::None => builder.with_no_client_auth(),
         ClientAuth::Optional | ClientAuth::Required => {
             let roots = load_roots(ca)?;
-            let mut v = WebPkiClientVerifier::builder_with_provider(roots, provider);
+            let mut v = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
             if auth == ClientAuth::Optional {
                 v = v.allow_unauthenticated();
             }
@@ -92,11 +94,7 @@ pub fn server_config(ca: &Path, id: &Identity, auth: ClientAuth) -> Result<Arc<S
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let certs = load_certs(&id.cert)?;
-    let key = load_key(&id.key)?;
-    let config = builder
-        .with_single_cert(certs, key)
-        .map_err(config_err(&id.cert))?;
+    let config = builder.with_cert_resolver(ReloadingIdentity::load(id, provider)?);
     Ok(Arc::new(config))
 }
 
@@ -106,7 +104,8 @@ pub fn node_server_config(dir: &Path, auth: ClientAuth) -> Result<Arc<ServerConf
     server_config(&dir.join(CA_CERT), &Identity::node(dir), auth)
 }
 
-/// A client trusting only the CA in `ca`, presenting `id` when the server asks.
+/// A client trusting only the CA in `ca`, presenting `id` when the server asks
+/// (read again when its files change).
 pub fn client_config(ca: &Path, id: Option<&Identity>) -> Result<Arc<ClientConfig>> {
     let roots = load_roots(ca)?;
     let builder = ClientConfig::builder_with_provider(provider())
@@ -115,13 +114,7 @@ pub fn client_config(ca: &Path, id: Option<&Identity>) -> Result<Arc<ClientConfi
         .with_root_certificates(roots);
     let config = match id {
         None => builder.with_no_client_auth(),
-        Some(id) => {
-            let certs = load_certs(&id.cert)?;
-            let key = load_key(&id.key)?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(config_err(&id.cert))?
-        }
+        Some(id) => builder.with_client_cert_resolver(ReloadingIdentity::load(id, provider())?),
     };
     Ok(Arc::new(config))
 }

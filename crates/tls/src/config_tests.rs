@@ -7,6 +7,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 struct Dirs {
     _tmp: tempfile::TempDir,
+    /// The CA of `node` and `client`, and the node's names.
+    ca: Ca,
+    names: NodeNames,
     node: PathBuf,
     client: PathBuf,
     stranger: PathBuf,
@@ -39,6 +42,8 @@ fn dirs() -> Dirs {
         .unwrap();
     Dirs {
         _tmp: tmp,
+        ca,
+        names,
         node,
         client,
         stranger,
@@ -147,4 +152,65 @@ fn test_missing_or_mismatched_files_are_errors() {
     std::fs::copy(d.client.join(CLIENT_KEY), d.node.join(SERVER_KEY)).unwrap();
     let e = node_server_config(&d.node, ClientAuth::Required).unwrap_err();
     assert!(matches!(e, Error::Config { .. }), "{e}");
+}
+
+/// The certificate the server presented to `client` in a full handshake.
+async fn served(
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+) -> std::result::Result<CertificateDer<'static>, String> {
+    let (a, b) = tokio::io::duplex(1 << 16);
+    let srv = tokio::spawn(async move {
+        let mut s = TlsAcceptor::from(server)
+            .accept(a)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut byte = [0u8; 1];
+        s.read_exact(&mut byte).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(())
+    });
+    let name = ServerName::try_from("127.0.0.1".to_string()).unwrap();
+    let mut c = TlsConnector::from(client)
+        .connect(name, b)
+        .await
+        .map_err(|e| e.to_string())?;
+    let cert = c
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|v| v.first().cloned())
+        .ok_or("no server certificate")?
+        .into_owned();
+    c.write_all(b"x").await.map_err(|e| e.to_string())?;
+    c.flush().await.map_err(|e| e.to_string())?;
+    srv.await.unwrap()?;
+    Ok(cert)
+}
+
+#[tokio::test]
+async fn test_a_replaced_node_certificate_is_served_without_a_restart() {
+    let d = dirs();
+    let node = &d.node;
+    let server = node_server_config(node, ClientAuth::Required).unwrap();
+    let client = client_of(&d.client, true);
+    let first = served(server.clone(), client.clone()).await.unwrap();
+    let wait = crate::reload::CHECK_EVERY + std::time::Duration::from_millis(200);
+
+    // The new key first: for a while the files do not match, and the old pair
+    // stays in use.
+    let second = d.ca.issue_node(&d.names, 1).unwrap();
+    std::fs::write(node.join(SERVER_KEY), &second.key_pem).unwrap();
+    tokio::time::sleep(wait).await;
+    let now = served(server.clone(), client.clone()).await.unwrap();
+    assert_eq!(
+        now, first,
+        "a certificate with another key's pair was taken"
+    );
+
+    // Then the certificate: the next handshakes get it, same configuration.
+    std::fs::write(node.join(SERVER_CERT), &second.cert_pem).unwrap();
+    tokio::time::sleep(wait).await;
+    let now = served(server.clone(), client.clone()).await.unwrap();
+    assert_ne!(now, first, "the old certificate is still served");
+    assert_eq!(now, load_certs(&node.join(SERVER_CERT)).unwrap()[0]);
 }

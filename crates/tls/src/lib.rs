@@ -17,6 +17,7 @@ pub mod config;
 mod error;
 pub mod files;
 pub mod node;
+pub mod reload;
 
 pub use ca::{Ca, Issued, NodeNames};
 pub use config::{
@@ -24,6 +25,7 @@ pub use config::{
 };
 pub use error::Error;
 pub use node::{peer_client_config, peer_server_config, peer_server_name, ALPN_HTTP, ALPN_PEER};
+pub use reload::ReloadingIdentity;
 
 /// The CA certificate (in every directory: the node's, the client's, the CA's).
 pub const CA_CERT: &str = "ca-cert.pem";

@@ -7,7 +7,7 @@
 //! check that, whatever address was dialled: peers are reached at addresses from
 //! the cluster map, which a certificate need not list, and behind WAN-emulating
 //! proxies at addresses no certificate could list.
-use crate::files::{load_certs, load_key};
+use crate::reload::ReloadingIdentity;
 use crate::{Error, Result, CA_CERT, NODE_NAME};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -170,8 +170,7 @@ pub fn peer_server_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ServerConfig
         .with_safe_default_protocol_versions()
         .map_err(config_err(&ca))?
         .with_client_cert_verifier(Arc::new(ClientIsNode(inner)))
-        .with_single_cert(load_certs(&id.cert)?, load_key(&id.key)?)
-        .map_err(config_err(&id.cert))?;
+        .with_cert_resolver(ReloadingIdentity::load(&id, provider())?);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }
@@ -190,8 +189,7 @@ pub fn peer_client_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ClientConfig
         .map_err(config_err(&ca))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(ServerIsNode(inner)))
-        .with_client_auth_cert(load_certs(&id.cert)?, load_key(&id.key)?)
-        .map_err(config_err(&id.cert))?;
+        .with_client_cert_resolver(ReloadingIdentity::load(&id, provider())?);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }

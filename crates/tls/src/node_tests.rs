@@ -1,5 +1,6 @@
 //! Real handshakes between node-to-node configurations over an in-memory pipe.
 use super::*;
+use crate::files::load_certs;
 use crate::{Ca, NodeNames};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
