@@ -69,6 +69,53 @@ fn random_u64() -> u64 {
         .hash_one((std::time::SystemTime::now(), std::process::id()))
 }
 
+/// The admin API client: timeouts, and the token in every request when there is
+/// one (marked sensitive: never printed in debug output).
+fn http_client(token: Option<&str>) -> std::result::Result<reqwest::Client, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+            .map_err(|_| "The admin API token holds characters an HTTP header cannot carry")?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(3))
+        // Nodes close admin connections silent for 60 s; never reuse one that old.
+        .pool_idle_timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .map_err(|e| format!("Cannot make an HTTP client: {e}"))
+}
+
+/// The secret in token file `path`: its text without surrounding white space.
+pub fn read_token_file(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow!("Cannot read the token file {}: {e}", path.display()))?;
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(anyhow!("The token file {} is empty", path.display()));
+    }
+    Ok(t.to_string())
+}
+
+/// The admin API token the CLI sends: `DROVE_TOKEN` (the secret itself), else the
+/// content of `file` (`--token-file` / `DROVE_TOKEN_FILE`); `None` when neither is
+/// given.
+pub fn token_from(
+    env: Option<String>,
+    file: Option<&std::path::Path>,
+) -> std::result::Result<Option<String>, String> {
+    if let Some(t) = env.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()) {
+        return Ok(Some(t));
+    }
+    match file {
+        Some(p) => read_token_file(p).map(Some).map_err(|e| format!("{e}")),
+        None => Ok(None),
+    }
+}
+
 /// Where the cluster is and how to print.
 pub struct Ctx {
     /// The parsed `--cluster` / `DROVE_CLUSTER` / default; a bad one is reported by
@@ -77,6 +124,9 @@ pub struct Ctx {
     cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
+    /// Why the admin API token could not be read (a bad DROVE_TOKEN_FILE): reported
+    /// by the first command that asks the cluster, like a bad cluster address.
+    token_error: Option<String>,
     /// The request id of this command's first change.
     request: ClientRequestId,
     /// Changes sent so far.
@@ -86,28 +136,44 @@ pub struct Ctx {
 impl Ctx {
     /// `request`: the id of the first change this command makes (`--request-id`);
     /// a random one when absent.
+    /// `token`: the admin API token to send (`DROVE_TOKEN`, `--token-file`), or why
+    /// it could not be read.
     pub fn new(
         cluster: std::result::Result<ClusterAddr, String>,
         json: bool,
         request: Option<ClientRequestId>,
+        token: std::result::Result<Option<String>, String>,
     ) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(3))
-            // Nodes close admin connections silent for 60 s; never reuse one that old.
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+        let (http, token_error) = match token.and_then(|t| http_client(t.as_deref())) {
+            Ok(h) => (h, None),
+            Err(e) => (
+                http_client(None).unwrap_or_else(|_| reqwest::Client::new()),
+                Some(e),
+            ),
+        };
         Ctx {
             cluster,
             json,
             http,
+            token_error,
             request: request.unwrap_or_else(|| ClientRequestId {
                 client: random_u64(),
                 seq: 0,
             }),
             calls: AtomicU64::new(0),
         }
+    }
+
+    /// The same context sending admin API token `token` (`drove up --auth`).
+    pub fn with_token(&self, token: &str) -> Result<Ctx> {
+        Ok(Ctx {
+            cluster: self.cluster.clone(),
+            json: self.json,
+            http: http_client(Some(token)).map_err(|e| anyhow!("{e}"))?,
+            token_error: None,
+            request: self.request,
+            calls: AtomicU64::new(self.calls.load(Ordering::Relaxed)),
+        })
     }
 
     /// The request id of the next change.
@@ -189,8 +255,12 @@ impl Ctx {
         }
     }
 
-    /// The cluster's admin `host:port`, or why the given address is not one.
+    /// The cluster's admin `host:port`, or why the given address is not one (or
+    /// the token cannot be sent).
     fn cluster(&self) -> Result<&str> {
+        if let Some(e) = &self.token_error {
+            return Err(anyhow!("{e}"));
+        }
         match &self.cluster {
             Ok(c) => Ok(&c.authority),
             Err(e) => Err(anyhow!("{e}")),

@@ -26,6 +26,7 @@ mod qemu_img;
 mod stream;
 mod sync_cmd;
 mod table;
+mod token_cmd;
 mod transfer;
 mod up;
 mod vdi_cmd;
@@ -51,6 +52,10 @@ struct Cli {
     /// the outcome without acting twice.
     #[arg(long, global = true, value_parser = parse_request_id)]
     request_id: Option<drove_daemon::api::ClientRequestId>,
+    /// File holding the admin API token to send (nodes started with
+    /// --admin-token-file ask for one); DROVE_TOKEN, the secret itself, goes first.
+    #[arg(long, global = true, env = "DROVE_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -77,6 +82,9 @@ enum Cmd {
     /// Make a cluster CA, node certificates and client certificates (TLS).
     #[command(subcommand)]
     Cert(cert_cmd::CertCmd),
+    /// Tokens of the admin API, with a role each (nodes run with --admin-token-file).
+    #[command(subcommand)]
+    Token(token_cmd::TokenCmd),
     /// Write man pages or shell completions (for packaging).
     #[command(subcommand, hide = true)]
     Generate(gen_cmd::GenerateCmd),
@@ -146,10 +154,12 @@ fn main() {
     };
     // Errors as JSON on stdout, except where stdout carries a disk image.
     let json = cli.json && !image_on_stdout(&cli.cmd);
+    let token = client::token_from(std::env::var("DROVE_TOKEN").ok(), cli.token_file.as_deref());
     let ctx = client::Ctx::new(
         cluster_addr(&matches, cli.cluster.as_deref()),
         cli.json,
         cli.request_id,
+        token,
     );
     let res = rt.block_on(async move {
         config?;
@@ -161,6 +171,7 @@ fn main() {
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
             Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
             Cmd::Cert(c) => cert_cmd::run(c, &ctx).await,
+            Cmd::Token(c) => token_cmd::run(c, &ctx).await,
             Cmd::Generate(c) => gen_cmd::run(c),
         }
     });

@@ -104,6 +104,17 @@ pub struct RunArgs {
     /// must agree.
     #[arg(long)]
     pub no_peer_tls: bool,
+    /// Ask every admin API request (--listen) for a bearer token; this file holds
+    /// the node's own admin token (one line of text; `drove up --auth` makes a random
+    /// one). Give every node of a cluster the same file: nodes ask each other's admin
+    /// API with it. Tokens with fewer rights come from `drove token create`.
+    /// Without it the admin API takes anyone: bind it to a private network.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// With --admin-token-file, still serve /metrics without a token (for a
+    /// Prometheus that has none). Nothing else is left open.
+    #[arg(long)]
+    pub open_metrics: bool,
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
 }
@@ -227,6 +238,11 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
         peer_tls: !a.no_peer_tls,
         tls_dir: a.tls_dir,
+        admin_token: match &a.admin_token_file {
+            Some(p) => Some(crate::client::read_token_file(p)?),
+            None => None,
+        },
+        open_metrics: a.open_metrics,
     };
     drove_daemon::run(cfg, shutdown_signal())
         .await

@@ -41,6 +41,13 @@ pub struct UpArgs {
     /// sockets stay plaintext. New clusters only; a restart keeps what it had.
     #[arg(long)]
     tls: bool,
+    /// Ask every admin API request for a token: makes DIR/admin.token (a random
+    /// admin token, mode 0600), starts every node with --admin-token-file on it, and
+    /// prints the DROVE_TOKEN_FILE to export for the CLI. `drove token create`
+    /// makes tokens with fewer rights. New clusters only; a restart keeps what it
+    /// had.
+    #[arg(long)]
+    auth: bool,
 }
 
 #[derive(Args)]
@@ -152,9 +159,30 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
             data: abs(&data),
             pid: 0,
             tls_dir: None,
+            admin_token_file: None,
         });
     }
     Ok(out)
+}
+
+/// DIR/admin.token: a random admin API token (32 bytes from the system's CSPRNG,
+/// hex), readable by its owner only; returns its absolute path.
+fn make_admin_token(dir: &Path) -> Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("No random bytes for a token: {e}"))?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join("admin.token");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("Cannot create {}", path.display()))?;
+    writeln!(f, "drove_{token}").with_context(|| format!("Cannot write {}", path.display()))?;
+    Ok(abs(&path))
 }
 
 /// DIR/tls (the CA and a client certificate) and DIR/nodeN/tls (each node's
@@ -214,6 +242,9 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
         .arg(&log_path);
     if let Some(t) = &n.tls_dir {
         cmd.args(["--tls-dir", t]);
+    }
+    if let Some(t) = &n.admin_token_file {
+        cmd.args(["--admin-token-file", t]);
     }
     if let Some(j) = join {
         cmd.args(["--join", j]);
@@ -316,6 +347,12 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
                     a.dir.display()
                 );
             }
+            if a.auth && f.nodes.iter().all(|n| n.admin_token_file.is_none()) {
+                bail!(
+                    "--auth makes a token for a new cluster; the one in {} has none",
+                    a.dir.display()
+                );
+            }
             eprintln!(
                 "Restarting the {} nodes of {}",
                 f.nodes.len(),
@@ -330,9 +367,21 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             } else {
                 None
             };
+            if a.auth {
+                let file = make_admin_token(&a.dir)?;
+                for n in &mut nodes {
+                    n.admin_token_file = Some(file.clone());
+                }
+            }
             (nodes, tls)
         }
     };
+    // With a token, every call `drove up` makes carries it.
+    let with_token = match nodes.first().and_then(|n| n.admin_token_file.as_deref()) {
+        Some(f) => Some(ctx.with_token(&crate::client::read_token_file(Path::new(f))?)?),
+        None => None,
+    };
+    let ctx = with_token.as_ref().unwrap_or(ctx);
     // Nodes started so far; killed if start-up fails part-way, since no
     // cluster.json exists yet for `drove down` to find them.
     let mut children = Started(Vec::new());
@@ -361,6 +410,9 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             );
         }
         println!("\nexport DROVE_CLUSTER={}", file.nodes[0].admin);
+        if let Some(t) = &file.nodes[0].admin_token_file {
+            println!("export DROVE_TOKEN_FILE={t}");
+        }
     }
     if a.detach {
         return Ok(());
@@ -512,6 +564,7 @@ mod tests {
             data: dir.display().to_string(),
             pid: 0,
             tls_dir: None,
+            admin_token_file: None,
         }
     }
 

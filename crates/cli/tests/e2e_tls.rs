@@ -26,6 +26,11 @@ fn nbds(n: &Node, vdi: &str, certs: &Path) -> String {
     )
 }
 
+/// `nbds://127.0.0.1:PORT/VDI` of node `n`.
+fn nbds_plain(n: &Node, vdi: &str) -> String {
+    format!("{}/{vdi}", n.nbd_tcp.replacen("nbd://", "nbds://", 1))
+}
+
 fn port(n: &Node) -> &str {
     n.nbd_tcp.rsplit(':').next().unwrap()
 }
@@ -83,6 +88,15 @@ fn test_tls_cluster_serves_nbds_to_qemu_and_nbdinfo() {
     assert!(o.status.success(), "nbdinfo nbds: {t}");
     assert!(t.contains("with TLS"), "{t}");
     assert!(t.contains("67108864"), "{t}");
+    // `vdi info` gives the URI a client needs: nbds:// where TLS is required, and
+    // nbdinfo attaches with it as it is.
+    let o = c.drove(0, &["vdi", "info", "disk", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let uri = info["nbd_tcp"].as_str().unwrap().to_string();
+    assert_eq!(uri, nbds_plain(&c.nodes[0], "disk"), "{info}");
+    let o = nbdinfo(&format!("{uri}?tls-certificates={}", certs.display()));
+    assert!(o.status.success(), "nbdinfo {uri}: {}", text(&o));
 
     // qemu-io writes through node 1, reads back through node 2, both over TLS.
     let obj = tls_object(&certs);
@@ -521,6 +535,55 @@ fn test_luks_on_a_drove_disk_keeps_the_plaintext_off_the_replicas() {
     assert!(
         !o.status.success(),
         "a wrong passphrase opened it: {}",
+        text(&o)
+    );
+}
+
+/// A VM boots from a drove disk over NBD with TLS on TCP (QEMU's tls-creds-x509 with
+/// the cluster's client certificate, TCG): it makes a filesystem and writes a file,
+/// and the host reads that file back through another node's unix socket.
+#[test]
+fn test_a_vm_boots_from_a_drove_disk_over_nbd_tls() {
+    let Some(kit) = require_ok(common::vm::VmKit::find()) else {
+        return;
+    };
+    if !require(&["qemu-img", "debugfs"]) {
+        return;
+    }
+    let c = tls_cluster();
+    c.create_vdi("vmdisk", "64M", &[]);
+    let certs = client_dir(&c);
+    let tmp = tempfile::tempdir().unwrap();
+    let initrd = kit.initramfs(
+        &tmp.path().join("w"),
+        "mke2fs -q /dev/vda && mount /dev/vda /mnt && \
+         echo hello-over-tls > /mnt/hello.txt && umount /mnt && echo DROVE-TLS-DONE",
+    );
+    let drive = format!(
+        "driver=raw,file.driver=nbd,file.server.type=inet,file.server.host=127.0.0.1,\
+         file.server.port={},file.export=vmdisk,file.tls-creds=tls0,if=virtio,cache=none",
+        port(&c.nodes[0])
+    );
+    let extra = ["-object".to_string(), tls_object(&certs)];
+    let out = kit.boot_drive(&initrd, &drive, &extra, Duration::from_secs(300));
+    assert!(
+        out.contains("DROVE-TLS-DONE"),
+        "boot over NBD with TLS failed:\n{out}"
+    );
+
+    // The host reads the file through node 2's unix socket.
+    let raw = tmp.path().join("disk.raw");
+    let o = run(Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw"])
+        .arg(c.nodes[1].uri("vmdisk"))
+        .arg(&raw));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(Command::new("debugfs")
+        .args(["-R", "cat /hello.txt"])
+        .arg(&raw));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("hello-over-tls"),
+        "{}",
         text(&o)
     );
 }

@@ -19,6 +19,8 @@ pub struct Admin {
     pub meta: Arc<Meta>,
     pub metrics: Arc<Metrics>,
     pub nbd_tcp: String,
+    /// Whether the NBD TCP port offers or requires TLS (`nbds://` when required).
+    pub nbd_tls: drove_nbd::TlsMode,
     pub nbd_socket: String,
     pub recoverer: Arc<drove_replica::Recoverer>,
     pub exports: Arc<crate::exports::VdiExports>,
@@ -26,6 +28,11 @@ pub struct Admin {
     pub http: reqwest::Client,
     /// The directory of the object store (for its disk space).
     pub store_dir: std::path::PathBuf,
+    /// SHA-256 of the node's admin token (`--admin-token-file`); `None`: the admin
+    /// API asks for no token (see [`crate::auth`]).
+    pub token_sha256: Option<String>,
+    /// `/metrics` is served without a token (`--open-metrics`).
+    pub open_metrics: bool,
 }
 
 impl Admin {
@@ -108,7 +115,13 @@ pub fn router(admin: Admin) -> Router {
         .merge(crate::lineage::router())
         .merge(crate::bench::router())
         .merge(crate::wan::router())
+        .merge(crate::auth::router())
         .layer(axum::middleware::from_fn(client_request))
+        // Outermost: a request without the right token goes no further.
+        .layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            crate::auth::check,
+        ))
         .with_state(admin)
 }
 
@@ -186,6 +199,17 @@ async fn list_vdis(
     Ok(Json(a.meta.state().vdis.values().cloned().collect()))
 }
 
+/// The NBD URI of VDI `name` on TCP address `addr`: `nbds://` where the port
+/// requires TLS (a plaintext client is refused there), `nbd://` elsewhere.
+fn nbd_uri(tls: drove_nbd::TlsMode, addr: &str, name: &str) -> String {
+    let scheme = if tls == drove_nbd::TlsMode::Require {
+        "nbds"
+    } else {
+        "nbd"
+    };
+    format!("{scheme}://{addr}/{name}")
+}
+
 fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
     let state = a.meta.state();
     api::VdiDetail {
@@ -193,7 +217,7 @@ fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
         lock_generation: state.lock_generations.get(&info.id).copied().unwrap_or(0),
         settled_generation: state.settled.get(&info.id).copied().unwrap_or(0),
         objects: info.object_count(),
-        nbd_tcp: format!("nbd://{}/{}", a.nbd_tcp, info.name),
+        nbd_tcp: nbd_uri(a.nbd_tls, &a.nbd_tcp, &info.name),
         nbd_unix: format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket),
         info,
     }
@@ -594,4 +618,22 @@ async fn settings(
         noout: Some(s.noout),
         backfill_full_pct: Some(s.backfill_full_pct),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_the_tcp_uri_says_nbds_where_tls_is_required() {
+        use drove_nbd::TlsMode;
+        assert_eq!(
+            nbd_uri(TlsMode::Require, "10.0.0.1:10809", "vm"),
+            "nbds://10.0.0.1:10809/vm"
+        );
+        // Allow takes plaintext clients too; Off refuses STARTTLS.
+        for mode in [TlsMode::Allow, TlsMode::Off] {
+            assert_eq!(nbd_uri(mode, "h:1", "vm"), "nbd://h:1/vm");
+        }
+    }
 }

@@ -131,6 +131,39 @@ pub struct Settings {
     pub backfill_full_pct: Option<u8>,
 }
 
+pub use drove_meta::{check_token_name, Role};
+
+/// `POST /api/tokens`: make an admin API token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenCreate {
+    /// Its name (1 to 64 of `[A-Za-z0-9._-]`).
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+}
+
+/// The answer to `POST /api/tokens`: the secret, which nothing stores.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenCreated {
+    /// Its name.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// The secret to send as `Authorization: Bearer SECRET` (`DROVE_TOKEN`).
+    pub token: String,
+}
+
+/// One entry of `GET /api/tokens` (never the secret or its hash).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Its name.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// When it was made (ms since the Unix epoch).
+    pub created_ms: u64,
+}
+
 /// An error body: `{"error": "not_found", "message": "..."}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApiError {

@@ -40,6 +40,11 @@ pub struct NodeConfig {
     /// Without `tls_dir` the peer port is plaintext. Every node of a cluster must
     /// agree.
     pub peer_tls: bool,
+    /// The node's admin API token (the content of `--admin-token-file`): with one,
+    /// the admin API asks every request for a token ([`crate::auth`]).
+    pub admin_token: Option<String>,
+    /// With `admin_token`, `/metrics` still answers without one.
+    pub open_metrics: bool,
 }
 
 impl NodeConfig {

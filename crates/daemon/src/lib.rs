@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod admin;
+mod auth;
 mod bench;
 pub use bench::BENCH_PREFIX;
 pub mod api;

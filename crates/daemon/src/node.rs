@@ -116,11 +116,18 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         meta: meta.clone(),
         metrics: metrics.clone(),
         nbd_tcp: info.nbd_addr.clone(),
+        nbd_tls: if nbd_tls.is_some() {
+            cfg.nbd_tls
+        } else {
+            drove_nbd::TlsMode::Off
+        },
         nbd_socket: info.nbd_socket.clone(),
         recoverer: recoverer.clone(),
         exports: exports.clone(),
-        http: reqwest::Client::new(),
+        http: node_client(cfg.admin_token.as_deref())?,
         store_dir: cfg.data.join("store"),
+        token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
+        open_metrics: cfg.open_metrics,
     }));
     let admin_server = AdminServer::new(AdminLimits::default());
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
@@ -255,6 +262,24 @@ fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>>
                 ))
             }),
     }
+}
+
+/// The HTTP client a node asks other nodes' admin APIs with: it sends the node's
+/// admin token, which every node of a cluster shares.
+fn node_client(token: Option<&str>) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        let mut v =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
+                Error::invalid("The admin token file holds characters a header cannot carry")
+            })?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .map_err(|e| Error::invalid(format!("Cannot make an HTTP client: {e}")))
 }
 
 /// Whether the filesystem of `dir` has room for more objects (a node without is

@@ -39,9 +39,10 @@ pub use health::{Heartbeat, QUORUM_FRESH};
 pub use lease::Renew;
 pub use meta::{random_u64, Meta};
 pub use state::lease::LeaseExtension;
+pub use state::tokens::{check_token_name, MAX_TOKENS};
 pub use state::{
-    ApplyResult, Command, EpochRecord, MetaState, Reply, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS,
-    DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE, MAX_VDI_SIZE, SECTOR_SIZE,
+    ApiToken, ApplyResult, Command, EpochRecord, MetaState, Reply, Role, Settings, VdiLock,
+    DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE, MAX_VDI_SIZE, SECTOR_SIZE,
 };
 
 use drove_types::{NodeId, NodeInfo};

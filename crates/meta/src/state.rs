@@ -190,6 +190,9 @@ pub struct MetaState {
     /// not take the lock again while its old lease would have run.
     #[serde(default)]
     pub broken: BTreeMap<VdiId, BrokenLock>,
+    /// Admin API tokens by name (`drove token create`): role and secret hash.
+    #[serde(default)]
+    pub tokens: BTreeMap<String, ApiToken>,
 }
 
 /// A write lock an operator broke: the holder it was taken from.
@@ -219,6 +222,7 @@ impl Default for MetaState {
             removed: std::collections::BTreeSet::new(),
             held_down: BTreeMap::new(),
             broken: BTreeMap::new(),
+            tokens: BTreeMap::new(),
         }
     }
 }
@@ -509,6 +513,22 @@ pub enum Command {
     SetNoout(bool),
     /// Change [`Settings::backfill_full_pct`] (1 to 100).
     SetBackfillFull(u8),
+    /// Add an admin API token (`drove token create`): a new name, a role and the
+    /// SHA-256 (lowercase hex) of a secret no other token has. At most
+    /// [`tokens::MAX_TOKENS`].
+    AddToken {
+        /// Token name (1 to 64 of `[A-Za-z0-9._-]`).
+        name: String,
+        /// What it may do.
+        role: Role,
+        /// SHA-256 of the secret.
+        sha256: String,
+    },
+    /// Remove an admin API token: it is refused from then on.
+    RemoveToken {
+        /// Token name.
+        name: String,
+    },
 }
 
 impl Command {
@@ -545,6 +565,8 @@ impl Command {
             Command::BreakLock { .. } => "BreakLock",
             Command::SetNoout(_) => "SetNoout",
             Command::SetBackfillFull(_) => "SetBackfillFull",
+            Command::AddToken { .. } => "AddToken",
+            Command::RemoveToken { .. } => "RemoveToken",
         }
     }
 }
@@ -896,6 +918,10 @@ impl MetaState {
                 self.settings.backfill_full_pct = *pct;
                 Ok(Reply::Done)
             }
+            Command::AddToken { name, role, sha256 } => {
+                self.add_token(name, *role, sha256, now.saturating_mul(1000))
+            }
+            Command::RemoveToken { name } => self.remove_token(name),
         }
     }
 
@@ -1218,6 +1244,9 @@ pub(crate) mod lease;
 mod lineage;
 mod lock_break;
 mod policy;
+pub mod tokens;
+
+pub use tokens::{ApiToken, Role};
 
 #[cfg(test)]
 mod tests;
@@ -1241,3 +1270,7 @@ mod home_tests;
 #[cfg(test)]
 #[path = "state/lease_tests.rs"]
 mod lease_tests;
+
+#[cfg(test)]
+#[path = "state/token_tests.rs"]
+mod token_tests;

@@ -25,6 +25,11 @@ pub struct NodeEntry {
     /// with `drove up --tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_dir: Option<String>,
+    /// The admin API token file (`drove node run --admin-token-file`), for a
+    /// cluster started with `drove up --auth`; the CLI sends its content when
+    /// DROVE_TOKEN_FILE names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<String>,
 }
 
 /// The certificates of a cluster started with `drove up --tls`.

@@ -208,11 +208,15 @@ impl Cluster {
         self.tls = f.tls;
     }
 
-    /// Run `drove ARGS --cluster <node i>`.
+    /// Run `drove ARGS --cluster <node i>`, with the admin token of a cluster
+    /// started with `drove up --auth`.
     pub fn drove(&self, i: usize, args: &[&str]) -> Output {
-        run(Command::new(drove_bin())
-            .args(args)
-            .args(["--cluster", &self.nodes[i].admin]))
+        let mut cmd = Command::new(drove_bin());
+        cmd.args(args).args(["--cluster", &self.nodes[i].admin]);
+        if let Some(t) = &self.nodes[i].admin_token_file {
+            cmd.env("DROVE_TOKEN_FILE", t);
+        }
+        run(&mut cmd)
     }
 
     /// `drove cluster status --json`, asked of node 1.

@@ -139,6 +139,14 @@ impl VmKit {
     /// The kernel, the initramfs and the disk at `uri` (virtio, no host cache),
     /// powering off instead of rebooting.
     fn guest_args(&self, initrd: &Path, uri: &str) -> Vec<std::ffi::OsString> {
+        self.guest_args_drive(
+            initrd,
+            &format!("file={uri},format=raw,if=virtio,cache=none"),
+        )
+    }
+
+    /// [`VmKit::guest_args`] with the `-drive` option given whole.
+    fn guest_args_drive(&self, initrd: &Path, drive: &str) -> Vec<std::ffi::OsString> {
         let mut a: Vec<std::ffi::OsString> = vec!["-no-reboot".into(), "-kernel".into()];
         a.push(self.kernel.clone().into_os_string());
         a.push("-initrd".into());
@@ -146,13 +154,26 @@ impl VmKit {
         a.push("-append".into());
         a.push("console=ttyS0 panic=-1 quiet".into());
         a.push("-drive".into());
-        a.push(format!("file={uri},format=raw,if=virtio,cache=none").into());
+        a.push(drive.into());
         a
     }
 
     /// Boot with the disk at `uri`; returns everything the guest printed. Panics on
     /// a timeout.
     pub fn boot(&self, initrd: &Path, uri: &str, timeout: Duration) -> String {
+        let drive = format!("file={uri},format=raw,if=virtio,cache=none");
+        self.boot_drive(initrd, &drive, &[], timeout)
+    }
+
+    /// [`VmKit::boot`] with the `-drive` option given whole and more QEMU arguments
+    /// (`-object tls-creds-x509,...` for a disk over NBD with TLS).
+    pub fn boot_drive(
+        &self,
+        initrd: &Path,
+        drive: &str,
+        extra: &[String],
+        timeout: Duration,
+    ) -> String {
         let mut child = Command::new("timeout")
             .arg(timeout.as_secs().to_string())
             .args([
@@ -163,7 +184,8 @@ impl VmKit {
                 "256",
                 "-nographic",
             ])
-            .args(self.guest_args(initrd, uri))
+            .args(extra)
+            .args(self.guest_args_drive(initrd, drive))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
