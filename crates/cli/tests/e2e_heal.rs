@@ -585,6 +585,18 @@ fn recovery_sum(s: &Value, field: &str) -> u64 {
         .sum()
 }
 
+/// Four nodes in four zones that mark a silent node down after 2 s, and VDI "vm"
+/// (64 MiB, copies 2) written whole with `pattern` through node 1; its NBD URI there.
+fn four_nodes_with_a_vm(pattern: u8) -> (Cluster, String) {
+    let c = Cluster::start(4, 4);
+    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi("vm", "64M", &["--copies", "2"]);
+    let uri = c.nodes[0].uri("vm");
+    qemu_io(&uri, &[format!("write -P {pattern:#x} 0 64M")]);
+    (c, uri)
+}
+
 /// Kill node `i` and wait until node 1 sees it down and every up node has worked
 /// out the new epoch with copies held back (`held`: the progress field counting
 /// them, `waiting_noout` or `waiting_full`); the status then.
@@ -624,12 +636,7 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
     if !require(&["qemu-io"]) {
         return;
     }
-    let mut c = Cluster::start(4, 4);
-    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
-    assert!(o.status.success(), "{}", text(&o));
-    c.create_vdi("vm", "64M", &["--copies", "2"]);
-    let uri = c.nodes[0].uri("vm");
-    qemu_io(&uri, &["write -P 0x11 0 64M".to_string()]);
+    let (mut c, uri) = four_nodes_with_a_vm(0x11);
 
     let o = c.drove(1, &["cluster", "set", "noout", "on"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -722,12 +729,7 @@ fn test_recovery_waits_for_room_on_a_disk_past_backfill_full() {
     if !require(&["qemu-io"]) {
         return;
     }
-    let c = Cluster::start(4, 4);
-    let o = c.drove(0, &["cluster", "config", "--down-after", "2"]);
-    assert!(o.status.success(), "{}", text(&o));
-    c.create_vdi("vm", "64M", &["--copies", "2"]);
-    let uri = c.nodes[0].uri("vm");
-    qemu_io(&uri, &["write -P 0x31 0 64M".to_string()]);
+    let (c, uri) = four_nodes_with_a_vm(0x31);
 
     // Every filesystem this test can run on is more than 1 % full.
     let o = c.drove(1, &["cluster", "config", "--backfill-full", "1"]);

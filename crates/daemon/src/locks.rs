@@ -38,6 +38,12 @@ pub(crate) fn now_ms() -> u64 {
 
 #[async_trait]
 impl LockService for MetaLocks {
+    fn majority_recent(&self) -> bool {
+        self.meta
+            .quorum_age()
+            .is_some_and(|a| a < drove_meta::QUORUM_FRESH)
+    }
+
     async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
         let reply = self
             .meta

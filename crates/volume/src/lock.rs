@@ -44,6 +44,12 @@ pub trait LockService: Send + Sync {
     }
     /// Give up the lock of `vdi` held with `generation`.
     async fn release(&self, vdi: &VdiInfo, generation: u64) -> Result<()>;
+    /// Whether this node has heard from a metadata majority within the last few
+    /// seconds: the metadata is there, if slow (a new Raft term, slow fsyncs), and a
+    /// write waiting for the lock may wait longer ([`ACQUIRE_PATIENCE_MAX`]).
+    fn majority_recent(&self) -> bool {
+        false
+    }
     /// The last client that wrote `vdi` through this node detached and the lock was
     /// released: an ephemeral clone is deleted now.
     async fn last_writer_gone(&self, _vdi: &VdiInfo) -> Result<()> {
@@ -51,11 +57,42 @@ pub trait LockService: Send + Sync {
     }
 }
 
-/// How long a write waits for another node to release the lock (it may be detaching
-/// right now) before it is refused.
-const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
+/// How long a write waits for the lock (another node may be detaching right now)
+/// before it is refused, once this node has not heard from a metadata majority for
+/// that long: a gateway cut off from the majority fails writes within it.
+pub const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
+/// How long a write waits at most while the metadata majority still answers: a new
+/// Raft term with slow fsyncs took more than 3 s in the paper bench
+/// (bench/results/paper-full-2026-11-24b.md), and a VM's write failed with EIO.
+pub const ACQUIRE_PATIENCE_MAX: Duration = Duration::from_secs(30);
 /// Writes are refused this long before the lease ends, for clock-rate slack.
 const SAFETY: Duration = Duration::from_millis(500);
+
+/// Whether a wait for the lock begun at `started` should end now: past
+/// [`ACQUIRE_PATIENCE`] with no recent word from a metadata majority, or past
+/// [`ACQUIRE_PATIENCE_MAX`] in any case.
+fn out_of_patience(started: Instant, svc: &dyn LockService) -> bool {
+    let waited = started.elapsed();
+    waited >= ACQUIRE_PATIENCE_MAX || (waited >= ACQUIRE_PATIENCE && !svc.majority_recent())
+}
+
+/// `fut`'s output, or `None` once the wait begun at `started` is out of patience
+/// (looked at every [`ACQUIRE_PATIENCE`] at first, then every 500 ms).
+async fn patiently<T>(
+    started: Instant,
+    svc: &dyn LockService,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(fut);
+    let mut until = started + ACQUIRE_PATIENCE;
+    loop {
+        match tokio::time::timeout_at(until.into(), &mut fut).await {
+            Ok(v) => return Some(v),
+            Err(_) if out_of_patience(started, svc) => return None,
+            Err(_) => until = Instant::now() + Duration::from_millis(500),
+        }
+    }
+}
 
 /// The renewal period of a lease of `duration`: a third of it.
 fn period_of(duration: Duration) -> Duration {
@@ -132,17 +169,26 @@ impl WriteLock {
         }
         // The whole acquisition, queueing behind another one included, is bounded: a
         // gateway cut off from the metadata majority fails writes within the
-        // patience instead of holding them for the metadata's own timeouts.
-        let deadline = Instant::now() + ACQUIRE_PATIENCE;
+        // patience instead of holding them for the metadata's own timeouts; while
+        // the majority still answers, it waits up to the longer patience.
+        let started = Instant::now();
         let no_lock = || {
-            Error::unavailable(format!(
-                "VDI '{}': could not take the write lock within {ACQUIRE_PATIENCE:?} (metadata majority unreachable?)",
-                vdi.name
-            ))
+            let waited = started.elapsed().as_secs_f64();
+            if svc.majority_recent() {
+                Error::unavailable(format!(
+                    "VDI '{}': could not take the write lock within {waited:.1} s (the metadata majority answers, but slowly)",
+                    vdi.name
+                ))
+            } else {
+                Error::unavailable(format!(
+                    "VDI '{}': could not take the write lock within {waited:.1} s (metadata majority unreachable?)",
+                    vdi.name
+                ))
+            }
         };
-        let _one = tokio::time::timeout_at(deadline.into(), self.acquiring.lock())
+        let _one = patiently(started, svc, self.acquiring.lock())
             .await
-            .map_err(|_| no_lock())?;
+            .ok_or_else(no_lock)?;
         if let Some(g) = Self::usable(&self.snapshot())? {
             return Ok((g, guard));
         }
@@ -150,9 +196,9 @@ impl WriteLock {
         let mut refused: Option<Error> = None;
         loop {
             let asked = Instant::now();
-            let res = match tokio::time::timeout_at(deadline.into(), svc.acquire(vdi)).await {
-                Ok(r) => r,
-                Err(_) => return Err(refused.unwrap_or_else(no_lock)),
+            let res = match patiently(started, svc, svc.acquire(vdi)).await {
+                Some(r) => r,
+                None => return Err(refused.unwrap_or_else(no_lock)),
             };
             match res {
                 Ok(lease) => {
@@ -165,7 +211,9 @@ impl WriteLock {
                     });
                     return Ok((lease.generation, guard));
                 }
-                Err(e) if e.kind() == ErrorKind::Locked && Instant::now() < deadline => {
+                // Another node holds the lock: it may be detaching right now, but a
+                // live holder is not waited for beyond the short patience.
+                Err(e) if e.kind() == ErrorKind::Locked && started.elapsed() < ACQUIRE_PATIENCE => {
                     refused = Some(e);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

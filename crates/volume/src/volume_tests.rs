@@ -324,3 +324,50 @@ async fn test_a_late_refusal_of_an_older_generation_does_not_retire_the_one_held
     let (g, _guard) = lock.for_write(&info, svc.as_ref()).await.unwrap();
     assert_eq!(g, 2, "still writing with generation 2");
 }
+
+/// Grants after `delay` (a slow metadata: a new Raft term, slow fsyncs) and says
+/// whether a metadata majority answered lately.
+struct SlowLocks {
+    delay: Duration,
+    majority: bool,
+}
+
+#[async_trait]
+impl LockService for SlowLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        tokio::time::sleep(self.delay).await;
+        FreeLocks.acquire(vdi).await
+    }
+    async fn release(&self, _vdi: &VdiInfo, _generation: u64) -> Result<()> {
+        Ok(())
+    }
+    fn majority_recent(&self) -> bool {
+        self.majority
+    }
+}
+
+#[tokio::test]
+async fn test_a_write_waits_longer_for_a_slow_majority_than_for_an_absent_one() {
+    use crate::lock::ACQUIRE_PATIENCE;
+    let slow = ACQUIRE_PATIENCE + Duration::from_millis(1500);
+    let write = |majority| async move {
+        let locks = Arc::new(SlowLocks {
+            delay: slow,
+            majority,
+        });
+        let vol = volume_over(Arc::new(MemStore::new(4 << 20)), locks);
+        let t = std::time::Instant::now();
+        let res = vol.write(0, Bytes::from(vec![1u8; 4096]), false).await;
+        (res, t.elapsed())
+    };
+    // The majority answers, slowly: the write waits for the grant and succeeds.
+    let (res, took) = write(true).await;
+    res.unwrap();
+    assert!(took >= slow, "{took:?}");
+    // No word from a majority: refused after the short patience, not the grant.
+    let (res, took) = write(false).await;
+    let e = res.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("majority unreachable"), "{e}");
+    assert!(took >= ACQUIRE_PATIENCE && took < slow, "{took:?}");
+}
