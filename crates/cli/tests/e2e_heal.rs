@@ -597,6 +597,27 @@ fn four_nodes_with_a_vm(pattern: u8) -> (Cluster, String) {
     (c, uri)
 }
 
+/// Wait until every up node is current with nothing held back (`held`: the progress
+/// field), then check that recovery copied something, that every replica of "vm"
+/// matches, and that node 2 reads `new` in its first 8 MiB and `old` after; the
+/// status then.
+fn recovered_and_verified(c: &Cluster, held: &str, new: u8, old: u8) -> Value {
+    let s = wait_recovered(c, 0, Duration::from_secs(120));
+    assert!(recovery_sum(&s, "bytes") > 0, "nothing copied: {s}");
+    assert_eq!(recovery_sum(&s, held), 0, "{s}");
+    let r = check(c, 0, "vm", false);
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    assert_eq!(r["degraded"], 0, "{r}");
+    qemu_io(
+        &c.nodes[1].uri("vm"),
+        &[
+            format!("read -P {new:#x} 0 8M"),
+            format!("read -P {old:#x} 8M 56M"),
+        ],
+    );
+    s
+}
+
 /// Kill node `i` and wait until node 1 sees it down and every up node has worked
 /// out the new epoch with copies held back (`held`: the progress field counting
 /// them, `waiting_noout` or `waiting_full`); the status then.
@@ -699,23 +720,8 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
     let o = c.drove(0, &["cluster", "set", "noout", "off"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("noout: off"), "{}", text(&o));
-    let s = wait_recovered(&c, 0, Duration::from_secs(120));
-    assert!(
-        recovery_sum(&s, "bytes") > 0,
-        "nothing copied after noout off: {s}"
-    );
-    assert_eq!(recovery_sum(&s, "waiting_noout"), 0, "{s}");
+    let s = recovered_and_verified(&c, "waiting_noout", 0x22, 0x11);
     assert_eq!(s["noout"], false);
-    let r = check(&c, 0, "vm", false);
-    assert_eq!(r["identical"], r["objects"], "{r}");
-    assert_eq!(r["degraded"], 0, "{r}");
-    qemu_io(
-        &c.nodes[1].uri("vm"),
-        &[
-            "read -P 0x22 0 8M".to_string(),
-            "read -P 0x11 8M 56M".to_string(),
-        ],
-    );
 }
 
 /// `drove cluster config --backfill-full PCT`: a node whose disk is at or past it
@@ -773,17 +779,5 @@ fn test_recovery_waits_for_room_on_a_disk_past_backfill_full() {
     // Room again: the copies are made.
     let o = c.drove(0, &["cluster", "config", "--backfill-full", "100"]);
     assert!(o.status.success(), "{}", text(&o));
-    let s = wait_recovered(&c, 0, Duration::from_secs(120));
-    assert!(recovery_sum(&s, "bytes") > 0, "nothing copied: {s}");
-    assert_eq!(recovery_sum(&s, "waiting_full"), 0, "{s}");
-    let r = check(&c, 0, "vm", false);
-    assert_eq!(r["identical"], r["objects"], "{r}");
-    assert_eq!(r["degraded"], 0, "{r}");
-    qemu_io(
-        &c.nodes[1].uri("vm"),
-        &[
-            "read -P 0x32 0 8M".to_string(),
-            "read -P 0x31 8M 56M".to_string(),
-        ],
-    );
+    recovered_and_verified(&c, "waiting_full", 0x32, 0x31);
 }
