@@ -72,13 +72,7 @@ fn random_u64() -> u64 {
 /// The admin API client: timeouts, and the token in every request when there is
 /// one (marked sensitive: never printed in debug output).
 fn http_client(token: Option<&str>) -> std::result::Result<reqwest::Client, String> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(t) = token {
-        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
-            .map_err(|_| "The admin API token holds characters an HTTP header cannot carry")?;
-        v.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, v);
-    }
+    let headers = drove_daemon::api::token_headers(token)?;
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .connect_timeout(Duration::from_secs(3))

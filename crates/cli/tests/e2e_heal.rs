@@ -585,6 +585,11 @@ fn recovery_sum(s: &Value, field: &str) -> u64 {
         .sum()
 }
 
+/// Whether `cluster health --json` output `h` has a finding for which `f` holds.
+fn any_check(h: &Value, f: impl Fn(&Value) -> bool) -> bool {
+    h["checks"].as_array().unwrap().iter().any(f)
+}
+
 /// Four nodes in four zones that mark a silent node down after 2 s, and VDI "vm"
 /// (64 MiB, copies 2) written whole with `pattern` through node 1; its NBD URI there.
 fn four_nodes_with_a_vm(pattern: u8) -> (Cluster, String) {
@@ -666,11 +671,7 @@ fn test_noout_keeps_a_down_node_from_being_re_replicated_and_it_catches_up_when_
     assert_eq!(h.status.code(), Some(1), "{}", text(&h));
     let hj: Value = serde_json::from_slice(&h.stdout).unwrap();
     assert!(
-        hj["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|k| k["check"] == "noout" && k["level"] == "warn"),
+        any_check(&hj, |k| k["check"] == "noout" && k["level"] == "warn"),
         "{hj}"
     );
     assert_eq!(c.status()["noout"], true);
@@ -751,12 +752,8 @@ fn test_recovery_waits_for_room_on_a_disk_past_backfill_full() {
     let h = c.drove(2, &["cluster", "health", "--json"]);
     let hj: Value = serde_json::from_slice(&h.stdout).unwrap();
     assert!(
-        hj["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|k| k["check"] == "recovery"
-                && k["message"].as_str().unwrap().contains("backfill-full")),
+        any_check(&hj, |k| k["check"] == "recovery"
+            && k["message"].as_str().unwrap().contains("backfill-full")),
         "{hj}"
     );
     let t = text(&c.drove(0, &["cluster", "status"]));

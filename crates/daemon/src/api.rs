@@ -133,6 +133,22 @@ pub struct Settings {
 
 pub use drove_meta::{check_token_name, Role};
 
+/// The headers that carry admin API token `token` (`Authorization: Bearer ...`,
+/// marked sensitive so debug output never shows it); none without a token. Used by
+/// the CLI and by nodes asking each other.
+pub fn token_headers(
+    token: Option<&str>,
+) -> std::result::Result<reqwest::header::HeaderMap, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+            .map_err(|_| "The admin API token holds characters an HTTP header cannot carry")?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    Ok(headers)
+}
+
 /// `POST /api/tokens`: make an admin API token.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenCreate {

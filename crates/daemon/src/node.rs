@@ -267,15 +267,7 @@ fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>>
 /// The HTTP client a node asks other nodes' admin APIs with: it sends the node's
 /// admin token, which every node of a cluster shares.
 fn node_client(token: Option<&str>) -> Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(t) = token {
-        let mut v =
-            reqwest::header::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
-                Error::invalid("The admin token file holds characters a header cannot carry")
-            })?;
-        v.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, v);
-    }
+    let headers = crate::api::token_headers(token).map_err(Error::invalid)?;
     reqwest::Client::builder()
         .default_headers(headers)
         .build()

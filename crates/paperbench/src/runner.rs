@@ -95,7 +95,8 @@ pub fn run(cfg: &PaperConfig, cancel: &Cancel) -> Result<Report> {
 fn check_room(cfg: &PaperConfig) -> Result<()> {
     const GIB: u64 = 1 << 30;
     let need = cfg.disk_bytes() + cfg.disk_bytes() / 4 + GIB;
-    let Some(free) = free_bytes(&cfg.out) else {
+    // What `df` shows as available (an unprivileged writer's free space).
+    let Some(free) = drove_objstore::disk_space(&cfg.out).map(|d| d.free) else {
         say!(
             "warning: cannot tell the free space of {}",
             cfg.out.display()
@@ -115,24 +116,6 @@ fn check_room(cfg: &PaperConfig) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Bytes available to this user in the filesystem of `dir`, as `df` says.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let o = std::process::Command::new("df")
-        .args(["--output=avail", "-B1"])
-        .arg(dir)
-        .output()
-        .ok()?;
-    if !o.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .nth(1)?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Warning and error lines shown per log file when a run fails.
