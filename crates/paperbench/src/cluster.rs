@@ -109,6 +109,22 @@ impl DroveCluster {
         Ok(())
     }
 
+    /// Mark nodes down after `secs` without heartbeats (`drove cluster config
+    /// --down-after`).
+    pub fn set_down_after(&self, secs: f64) -> Result<()> {
+        let admin = &self
+            .nodes
+            .first()
+            .ok_or_else(|| anyhow!("Empty cluster"))?
+            .admin;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["cluster", "config", "--down-after", &secs.to_string()])
+            .args(["--cluster", admin])
+            .stdin(Stdio::null());
+        run_checked(&mut cmd, "drove cluster config --down-after")?;
+        Ok(())
+    }
+
     /// The NBD URI of VDI `name` on node `i`'s unix socket.
     pub fn unix_uri(&self, i: usize, name: &str) -> Result<String> {
         let n = self.nodes.get(i).ok_or_else(|| anyhow!("No node {i}"))?;

@@ -184,6 +184,9 @@ pub struct PaperConfig {
     pub drove_bin: PathBuf,
     /// The command line, quoted in results.md.
     pub command_line: String,
+    /// Seconds without heartbeats before the cluster marks a node down
+    /// (`drove cluster config --down-after`); `None` keeps the node default.
+    pub down_after_secs: Option<f64>,
 }
 
 /// The paper's scale, quoted next to ours.
@@ -301,6 +304,7 @@ impl PaperConfig {
             out: PathBuf::from("out"),
             drove_bin: PathBuf::from("drove"),
             command_line: "drove bench paper --quick".to_string(),
+            down_after_secs: None,
         }
     }
 }

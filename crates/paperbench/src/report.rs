@@ -177,7 +177,8 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
          (the proxy's count, read when the connections closed at the end).\n\
          - CPU: /proc/stat is read around every run; a run with the machine more than {:.0}% \
          busy marks its point CPU-bound. The experiment's own share (nodes, the proxy, \
-         qemu-nbd, fio, from /proc/PID/stat) is in results.csv (`experiment_cpu_pct`).\n",
+         qemu-nbd, fio, from /proc/PID/stat) is in results.csv (`experiment_cpu_pct`).\n\
+         - Failure detector: {down_after}.\n",
         cfg.runtime_secs,
         cfg.repeat,
         cfg.copies,
@@ -190,6 +191,13 @@ pub fn markdown(cfg: &PaperConfig, rep: &Report, cores: usize) -> String {
         mb(dc.run_proxy_bytes),
         CPU_BOUND_BUSY * 100.0,
         z = cfg.zones,
+        down_after = match cfg.down_after_secs {
+            Some(s) => format!(
+                "a node is marked down after {s} s without heartbeats (`--down-after`; \
+                 the node default is 5 s): on one host CPU starvation is not a failure"
+            ),
+            None => "the node default (down after 5 s without heartbeats)".to_string(),
+        },
         proxy = match cfg.wan_proxy {
             crate::toxiproxy::WanProxyKind::Builtin => {
                 "drove's WAN proxy (`drove bench wan-proxy`), delays"

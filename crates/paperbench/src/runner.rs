@@ -203,6 +203,9 @@ fn start_rig(
         cfg.nodes_per_zone,
         cfg.copies,
     )?;
+    if let Some(secs) = cfg.down_after_secs {
+        cluster.set_down_after(secs)?;
+    }
     cancel.check()?;
     // The WAN: one proxy per ordered cross-zone pair; routes written before any I/O
     // because nodes dial peers lazily and keep the connection.
