@@ -374,6 +374,7 @@ mod tests {
             policy: Default::default(),
             max_lag_ms: None,
             max_lag_bytes: None,
+            nbd_clients: Vec::new(),
             past_homes: Vec::new(),
         }
     }

@@ -1,5 +1,6 @@
 //! `drove`: one binary for the node daemon and every admin command. This file only
 //! parses arguments and dispatches; each subcommand group lives in its own module.
+mod access_cmd;
 mod addr;
 mod bench_cmd;
 mod bench_meta;

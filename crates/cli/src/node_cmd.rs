@@ -88,6 +88,16 @@ pub struct RunArgs {
     /// (fractions allowed); one that stalls longer is disconnected.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub nbd_handshake_timeout: f64,
+    /// NBD connections open at once (TCP and the unix socket); more are closed at
+    /// accept and counted in drove_nbd_connections_refused.
+    #[arg(long, default_value_t = 4096, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub nbd_max_connections: u32,
+    /// NBD TCP connections open at once from one client address (a hypervisor
+    /// attaching many disks over TCP needs one per disk, or a few with multi-conn).
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub nbd_max_connections_per_client: u32,
     /// Directory of this node's certificates: ca-cert.pem, server-cert.pem and
     /// server-key.pem (made by `drove cert node`, or `drove up --tls`).
     #[arg(long, value_name = "DIR")]
@@ -235,6 +245,8 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
+        nbd_max_connections: a.nbd_max_connections as usize,
+        nbd_max_connections_per_client: a.nbd_max_connections_per_client as usize,
         nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
         peer_tls: !a.no_peer_tls,
         tls_dir: a.tls_dir,

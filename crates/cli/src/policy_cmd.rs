@@ -213,6 +213,7 @@ mod tests {
             policy: WritePolicy::Sync,
             max_lag_ms: None,
             max_lag_bytes: None,
+            nbd_clients: Vec::new(),
             past_homes: Vec::new(),
         };
         assert_eq!(describe(&i), "sync");

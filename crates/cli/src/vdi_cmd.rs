@@ -118,6 +118,11 @@ pub enum VdiCmd {
     /// Change a VDI's write policy and zone-sync lag bounds, also while it is
     /// attached: the node writing it is handed the new record at once.
     Set(crate::policy_cmd::SetArgs),
+    /// Show or set which clients may attach a VDI over NBD on TCP, by the common
+    /// name of their TLS certificate (`--allow host-a,backup`; `--anyone` clears
+    /// it). NBD LIST shows other clients nothing of it, and its snapshots and clones
+    /// start with the same list. New connections are checked; open ones stay.
+    Access(crate::access_cmd::AccessArgs),
     /// Wait until the copies outside a zone-sync VDI's home zone have every write
     /// acknowledged so far, durably (asked of the node writing it).
     Sync(crate::sync_cmd::SyncArgs),
@@ -343,6 +348,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Check(a) => crate::heal_cmd::check(a, ctx).await,
         VdiCmd::SetMinCopies(a) => crate::heal_cmd::set_min_copies(a, ctx).await,
         VdiCmd::Set(a) => crate::policy_cmd::set(a, ctx).await,
+        VdiCmd::Access(a) => crate::access_cmd::run(a, ctx).await,
         VdiCmd::Sync(a) => crate::sync_cmd::sync(a, ctx).await,
         VdiCmd::Lock(c) => crate::lock_cmd::run(c, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
@@ -414,6 +420,7 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
     println!("objects:     {}", d.objects);
     println!("nbd (tcp):   {}", d.nbd_tcp);
     println!("nbd (unix):  {}", d.nbd_unix);
+    println!("nbd access:  {}", crate::access_cmd::describe(i));
     match &d.lock {
         Some(l) => {
             let handover = l

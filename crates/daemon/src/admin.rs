@@ -95,6 +95,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/policy", post(set_policy))
+        .route("/api/vdis/{name}/access", post(set_access))
         .route("/api/vdis/{name}/promote", post(promote))
         .route("/api/vdis/{name}/check", post(check_vdi))
         .route("/api/vdis/{name}/clients", get(crate::clients::all_clients))
@@ -337,6 +338,23 @@ async fn set_policy(
             max_lag_bytes: req.max_lag_bytes,
             reset_max_lag_ms: req.reset_max_lag_ms,
             reset_max_lag_bytes: req.reset_max_lag_bytes,
+        })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+async fn set_access(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(req): Json<api::Access>,
+) -> ApiResult<api::VdiDetail> {
+    // Checked here too, so that a bad list never becomes a Raft entry.
+    drove_types::validate_client_names(&req.nbd_clients)?;
+    let reply = a
+        .meta
+        .execute(Command::SetVdiAccess {
+            name,
+            nbd_clients: req.nbd_clients,
         })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))

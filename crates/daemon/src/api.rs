@@ -57,6 +57,14 @@ pub struct Policy {
     pub reset_max_lag_bytes: bool,
 }
 
+/// `POST /api/vdis/{name}/access`: the whole new NBD access list (certificate
+/// common names; empty: any client the TCP port lets in).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Access {
+    /// The client names.
+    pub nbd_clients: Vec<String>,
+}
+
 /// `POST /api/vdis/{name}/min-copies`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MinCopies {

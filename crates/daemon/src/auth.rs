@@ -217,6 +217,8 @@ mod tests {
             (Method::POST, "/api/vdis/vm/resize"),
             (Method::POST, "/api/vdis/vm/rollback"),
             (Method::POST, "/api/vdis/vm/lock/break"),
+            // Who may attach a disk is the admin's to say.
+            (Method::POST, "/api/vdis/vm/access"),
             (Method::POST, "/api/settings"),
             (Method::POST, "/api/nodes/2/leave"),
             (Method::POST, "/api/scrub"),

@@ -30,6 +30,10 @@ pub struct NodeConfig {
     pub scrub_every: Option<std::time::Duration>,
     /// Time an NBD client has for its handshake.
     pub nbd_handshake_timeout: std::time::Duration,
+    /// NBD connections open at once, TCP and unix socket together.
+    pub nbd_max_connections: usize,
+    /// NBD TCP connections open at once from one client address.
+    pub nbd_max_connections_per_client: usize,
     /// The node's certificates: `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
     pub tls_dir: Option<PathBuf>,
     /// TLS on the NBD TCP port (needs `tls_dir` unless off). The unix socket is

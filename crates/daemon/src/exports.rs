@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use drove_meta::Meta;
-use drove_nbd::{Export, Exports, Extent};
+use drove_nbd::{ClientInfo, Credential, Export, Exports, Extent};
 use drove_replica::Gateway;
 use drove_types::{format_size, Error, ErrorKind, Result, VdiInfo};
 use drove_volume::{LockService, Volume};
@@ -268,13 +268,26 @@ impl VdiExports {
     }
 }
 
+/// Whether a client with `credential` may attach `info` (its NBD access list,
+/// [`VdiInfo::nbd_clients`]): the unix socket always (its file permissions
+/// decide), anyone when the list is empty, else a certificate named in it.
+pub(crate) fn may_attach(info: &VdiInfo, credential: &Credential) -> bool {
+    match credential {
+        Credential::Local => true,
+        _ if info.nbd_clients.is_empty() => true,
+        Credential::Certificate(Some(cn)) => info.nbd_clients.iter().any(|c| c == cn),
+        Credential::Certificate(None) | Credential::Anonymous => false,
+    }
+}
+
 #[async_trait]
 impl Exports for VdiExports {
-    async fn list(&self) -> Result<Vec<(String, String)>> {
+    async fn list(&self, client: &ClientInfo) -> Result<Vec<(String, String)>> {
         let state = self.meta.state();
         Ok(state
             .vdis
             .values()
+            .filter(|v| may_attach(v, &client.credential))
             .map(|v| {
                 let desc = format!("{} copies={} {}", format_size(v.size), v.copies, v.mode);
                 (v.name.clone(), desc)
@@ -282,8 +295,17 @@ impl Exports for VdiExports {
             .collect())
     }
 
-    async fn open(&self, name: &str, client: &str) -> Result<Arc<dyn Export>> {
+    async fn open(&self, name: &str, client: &ClientInfo) -> Result<Arc<dyn Export>> {
         let (_, info) = self.current_record(name).await?;
+        if !may_attach(&info, &client.credential) {
+            // The client learns no more than of a VDI that does not exist; the log
+            // says why.
+            tracing::warn!(
+                vdi = %name, client = %client.label,
+                "nbd: attach refused: the client is not on the VDI's access list (drove vdi access)"
+            );
+            return Err(Error::not_found(format!("No VDI named '{name}'")));
+        }
         self.settle_crashed_writer(&info).await?;
         let vol = self.volume_or_open(name)?;
         vol.attach();
@@ -296,7 +318,7 @@ impl Exports for VdiExports {
             id,
             Attached {
                 vdi: name.to_string(),
-                client: client.to_string(),
+                client: client.label.clone(),
                 since_unix,
                 wrote: false,
             },
@@ -387,5 +409,61 @@ impl Export for VolumeExport {
                 zero: !r.allocated,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drove_types::{ReplicationMode, VdiId, WritePolicy};
+
+    fn vdi(clients: &[&str]) -> VdiInfo {
+        VdiInfo {
+            id: VdiId(1),
+            name: "d".into(),
+            size: 1 << 30,
+            object_size: drove_types::DEFAULT_OBJECT_SIZE,
+            copies: 3,
+            mode: ReplicationMode::Direct,
+            created: 0,
+            min_copies: None,
+            parent: None,
+            snapshot: false,
+            ephemeral: false,
+            home_zone: None,
+            home_copies: None,
+            policy: WritePolicy::Sync,
+            max_lag_ms: None,
+            max_lag_bytes: None,
+            nbd_clients: clients.iter().map(|c| c.to_string()).collect(),
+            past_homes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn test_an_access_list_lets_in_the_named_certificates_and_the_unix_socket() {
+        let cert = |n: &str| Credential::Certificate(Some(n.to_string()));
+        let open = vdi(&[]);
+        for c in [
+            Credential::Local,
+            Credential::Anonymous,
+            Credential::Certificate(None),
+            cert("x"),
+        ] {
+            assert!(may_attach(&open, &c), "{c:?} refused by an empty list");
+        }
+        let listed = vdi(&["host-a", "backup"]);
+        assert!(may_attach(&listed, &Credential::Local));
+        assert!(may_attach(&listed, &cert("host-a")));
+        assert!(may_attach(&listed, &cert("backup")));
+        for c in [
+            Credential::Anonymous,
+            Credential::Certificate(None),
+            cert("host-b"),
+            cert("HOST-A"),
+            cert("host-a "),
+        ] {
+            assert!(!may_attach(&listed, &c), "{c:?} let in");
+        }
     }
 }

@@ -155,6 +155,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
     let mut nbd = NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
         handshake_timeout: cfg.nbd_handshake_timeout,
+        max_connections: cfg.nbd_max_connections,
+        max_connections_per_client: cfg.nbd_max_connections_per_client,
         ..Default::default()
     });
     if let Some(tls) = nbd_tls {

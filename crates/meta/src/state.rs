@@ -529,6 +529,14 @@ pub enum Command {
         /// Token name.
         name: String,
     },
+    /// Set which clients may attach a VDI over NBD on TCP, by certificate name
+    /// (see [`VdiInfo::nbd_clients`]; empty: any). Replies [`Reply::Vdi`].
+    SetVdiAccess {
+        /// VDI name.
+        name: String,
+        /// The whole new list (checked by [`drove_types::validate_client_names`]).
+        nbd_clients: Vec<String>,
+    },
 }
 
 impl Command {
@@ -567,6 +575,7 @@ impl Command {
             Command::SetBackfillFull(_) => "SetBackfillFull",
             Command::AddToken { .. } => "AddToken",
             Command::RemoveToken { .. } => "RemoveToken",
+            Command::SetVdiAccess { .. } => "SetVdiAccess",
         }
     }
 }
@@ -922,6 +931,7 @@ impl MetaState {
                 self.add_token(name, *role, sha256, now.saturating_mul(1000))
             }
             Command::RemoveToken { name } => self.remove_token(name),
+            Command::SetVdiAccess { name, nbd_clients } => self.set_vdi_access(name, nbd_clients),
         }
     }
 
@@ -1144,6 +1154,7 @@ impl MetaState {
             policy,
             max_lag_ms,
             max_lag_bytes,
+            nbd_clients: Vec::new(),
             past_homes: Vec::new(),
         };
         self.next_vdi_id = next;

@@ -101,8 +101,16 @@ pub struct Metrics {
     reads: Family<WhereLabels, Counter>,
     hedged_reads: Counter,
     hedge_wins: Counter,
+    nbd_open: Gauge,
+    nbd_refused: Family<ReasonLabels, Counter>,
     wan: WanMetrics,
     meta: MetaMetrics,
+}
+
+/// Why a connection was refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
 }
 
 /// Where the replica that served a read sits, seen from the gateway.
@@ -180,6 +188,19 @@ impl Metrics {
             "Hedged reads served by the hedge rather than by the first replica",
             hedge_wins.clone(),
         );
+        let nbd_open = Gauge::default();
+        registry.register(
+            "nbd_connections",
+            "NBD connections open now (TCP and the unix socket)",
+            nbd_open.clone(),
+        );
+        let nbd_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "nbd_connections_refused",
+            "NBD connections closed at accept because a limit was reached (per_client: \
+             that address has its most open; total: the node has its most open)",
+            nbd_refused.clone(),
+        );
         let wan = WanMetrics::register(&mut registry);
         let meta = MetaMetrics::register(&mut registry);
         Arc::new(Metrics {
@@ -195,6 +216,8 @@ impl Metrics {
             reads,
             hedged_reads,
             hedge_wins,
+            nbd_open,
+            nbd_refused,
             wan,
             meta,
         })
@@ -280,6 +303,25 @@ impl Metrics {
     /// Count a hedged read whose answer came from the hedge.
     pub fn gateway_hedge_win(&self) {
         self.hedge_wins.inc();
+    }
+
+    /// An NBD connection was accepted.
+    pub fn nbd_connection_opened(&self) {
+        self.nbd_open.inc();
+    }
+
+    /// An accepted NBD connection ended.
+    pub fn nbd_connection_closed(&self) {
+        self.nbd_open.dec();
+    }
+
+    /// An NBD connection was refused at accept, for `reason` (`per_client`, `total`).
+    pub fn nbd_connection_refused(&self, reason: &str) {
+        self.nbd_refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// The WAN-mode metrics.

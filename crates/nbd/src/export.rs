@@ -45,13 +45,37 @@ pub trait Export: Send + Sync {
     async fn block_status(&self, offset: u64, len: u32) -> Result<Vec<Extent>>;
 }
 
+/// What a client proved about itself when it connected: what an export's access
+/// list is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// The unix socket: its file permissions and group decide who connects.
+    Local,
+    /// TCP without TLS, or TLS without a client certificate: nothing proved.
+    Anonymous,
+    /// TCP with TLS and a client certificate the listener's CA signed, by its
+    /// common name (`None`: the certificate has none).
+    Certificate(Option<String>),
+}
+
+/// A connected client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// How listings and logs name it: an address or a pid, with its certificate's
+    /// name when it has one.
+    pub label: String,
+    /// What it proved.
+    pub credential: Credential,
+}
+
 /// The catalogue of exports a server offers.
 #[async_trait]
 pub trait Exports: Send + Sync {
-    /// Every export as `(name, description)`.
-    async fn list(&self) -> Result<Vec<(String, String)>>;
-    /// Open the export `name` for `client` (who connected: an address or a pid, for
-    /// listing who has an export open). A `NotFound` error becomes
+    /// The exports `client` may open, as `(name, description)`; the others are not
+    /// named.
+    async fn list(&self, client: &ClientInfo) -> Result<Vec<(String, String)>>;
+    /// Open the export `name` for `client`. A `NotFound` error (also the answer for
+    /// an export the client may not open, so that it learns nothing of it) becomes
     /// `NBD_REP_ERR_UNKNOWN`.
-    async fn open(&self, name: &str, client: &str) -> Result<Arc<dyn Export>>;
+    async fn open(&self, name: &str, client: &ClientInfo) -> Result<Arc<dyn Export>>;
 }

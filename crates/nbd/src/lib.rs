@@ -34,7 +34,7 @@ mod transmit;
 mod wire;
 
 pub use errno::errno_for;
-pub use export::{Export, Exports, Extent};
+pub use export::{ClientInfo, Credential, Export, Exports, Extent};
 pub use handshake::TlsMode;
 pub use server::Server;
 
@@ -51,6 +51,12 @@ pub struct Limits {
     pub max_buffered_bytes: usize,
     /// Time allowed from accept to the end of option haggling.
     pub handshake_timeout: Duration,
+    /// Connections open at once, TCP and unix socket together; more are closed at
+    /// accept.
+    pub max_connections: usize,
+    /// TCP connections open at once from one client address; more are closed at
+    /// accept, so that one client cannot take the others' share.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for Limits {
@@ -59,6 +65,8 @@ impl Default for Limits {
             max_requests: 64,
             max_buffered_bytes: 128 << 20,
             handshake_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            max_connections_per_client: 256,
         }
     }
 }

@@ -1,11 +1,15 @@
 //! The NBD server: accept loops on TCP and unix sockets, each connection on its own
 //! task so that one failing client never disturbs another. Top of the data path: what
 //! arrives here goes to `session.rs`, then to the export (the volume layer).
-use crate::export::Exports;
+use crate::export::{ClientInfo, Credential, Exports};
 use crate::session::ListenerTls;
 use crate::{session, Limits, TlsMode};
 use drove_metrics::Metrics;
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -18,15 +22,113 @@ pub struct Server {
     limits: Limits,
     /// TLS on TCP connections; the unix socket never offers it.
     tcp_tls: ListenerTls,
+    /// The connections open now, checked against `limits` at accept.
+    admission: Arc<Admission>,
+}
+
+/// Connections open now: in all, and per TCP client address.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_ip: HashMap<IpAddr, usize>,
+}
+
+/// What accepting a connection is checked against.
+struct Admission {
+    open: Mutex<Open>,
+    max_total: usize,
+    max_per_client: usize,
+    /// Connections refused so far (logged at 1, 2, 4, 8, ... so a flood does not
+    /// flood the log too).
+    refused: AtomicU64,
+}
+
+impl Admission {
+    fn new(limits: &Limits) -> Arc<Self> {
+        Arc::new(Admission {
+            open: Mutex::new(Open::default()),
+            max_total: limits.max_connections.max(1),
+            max_per_client: limits.max_connections_per_client.max(1),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// A place for a connection from `ip` (`None`: the unix socket), or why not.
+    fn admit(
+        self: &Arc<Self>,
+        ip: Option<IpAddr>,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Admitted, &'static str> {
+        let mut o = self.open.lock();
+        if o.total >= self.max_total {
+            return Err("total");
+        }
+        if let Some(ip) = ip {
+            let n = o.by_ip.entry(ip).or_default();
+            if *n >= self.max_per_client {
+                return Err("per_client");
+            }
+            *n += 1;
+        }
+        o.total += 1;
+        metrics.nbd_connection_opened();
+        Ok(Admitted {
+            admission: Arc::clone(self),
+            ip,
+            metrics: Arc::clone(metrics),
+        })
+    }
+
+    /// Count and log a refusal of a connection from `who`.
+    fn refused(&self, who: &str, reason: &'static str, metrics: &Metrics) {
+        metrics.nbd_connection_refused(reason);
+        let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            let limit = match reason {
+                "per_client" => format!("{} open from one address", self.max_per_client),
+                _ => format!("{} open in all", self.max_total),
+            };
+            tracing::warn!(
+                client = %who,
+                "nbd: connection refused at its limit ({limit}); {n} refused so far \
+                 (drove_nbd_connections_refused)"
+            );
+        }
+    }
+}
+
+/// A connection's place among the open ones, given back when it ends.
+struct Admitted {
+    admission: Arc<Admission>,
+    ip: Option<IpAddr>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut o = self.admission.open.lock();
+        o.total = o.total.saturating_sub(1);
+        if let Some(ip) = self.ip {
+            if let Some(n) = o.by_ip.get_mut(&ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    o.by_ip.remove(&ip);
+                }
+            }
+        }
+        self.metrics.nbd_connection_closed();
+    }
 }
 
 impl Server {
     /// A server for `exports`, reporting into `metrics`, with default [`Limits`].
     pub fn new(exports: Arc<dyn Exports>, metrics: Arc<Metrics>) -> Self {
+        let limits = Limits::default();
         Server {
             exports,
             metrics,
-            limits: Limits::default(),
+            admission: Admission::new(&limits),
+            limits,
             tcp_tls: ListenerTls::off(),
         }
     }
@@ -47,6 +149,7 @@ impl Server {
 
     /// Replace the per-connection limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.admission = Admission::new(&limits);
         self.limits = limits;
         self
     }
@@ -59,6 +162,10 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let client = ClientInfo {
+            label: client.to_string(),
+            credential: Credential::Local,
+        };
         self.serve_with(stream, client, &ListenerTls::off()).await
     }
 
@@ -67,10 +174,19 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let client = ClientInfo {
+            label: client.to_string(),
+            credential: Credential::Anonymous,
+        };
         self.serve_with(stream, client, &self.tcp_tls).await
     }
 
-    async fn serve_with<S>(&self, stream: S, client: &str, tls: &ListenerTls) -> io::Result<()>
+    async fn serve_with<S>(
+        &self,
+        stream: S,
+        client: ClientInfo,
+        tls: &ListenerTls,
+    ) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -92,6 +208,17 @@ impl Server {
             match listener.accept().await {
                 Ok((stream, peer)) => {
                     errors.reset();
+                    let slot = match self.admission.admit(Some(peer.ip()), &self.metrics) {
+                        Ok(slot) => slot,
+                        Err(reason) => {
+                            // Closed unanswered: NBD has no way to say "busy" before
+                            // its greeting.
+                            drop(stream);
+                            self.admission
+                                .refused(&peer.to_string(), reason, &self.metrics);
+                            continue;
+                        }
+                    };
                     // Requests and replies are small and latency-bound (the protocol
                     // asks both sides to disable Nagle).
                     if let Err(e) = stream.set_nodelay(true) {
@@ -99,6 +226,7 @@ impl Server {
                     }
                     let me = Arc::clone(&self);
                     tokio::spawn(async move {
+                        let _slot = slot;
                         if let Err(e) = me.serve_tcp_connection(stream, &peer.to_string()).await {
                             tracing::info!(%peer, "nbd connection ended: {e}");
                         }
@@ -121,8 +249,17 @@ impl Server {
                         Some(pid) => format!("pid {pid} (unix socket)"),
                         None => "unix socket".to_string(),
                     };
+                    let slot = match self.admission.admit(None, &self.metrics) {
+                        Ok(slot) => slot,
+                        Err(reason) => {
+                            drop(stream);
+                            self.admission.refused(&client, reason, &self.metrics);
+                            continue;
+                        }
+                    };
                     let me = Arc::clone(&self);
                     tokio::spawn(async move {
+                        let _slot = slot;
                         if let Err(e) = me.serve_connection(stream, &client).await {
                             tracing::info!("nbd unix connection ended: {e}");
                         }

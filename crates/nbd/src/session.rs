@@ -2,7 +2,7 @@
 //! `handshake.rs` over the socket (reading option frames, asking the [`Exports`]
 //! catalogue what it needs), upgrades it to TLS when the client sends STARTTLS on a
 //! listener that offers it, then hands the stream to the transmission loop.
-use crate::export::{Export, Exports};
+use crate::export::{ClientInfo, Credential, Export, Exports};
 use crate::handshake::{
     greeting, ExportFacts, Found, Lookup, Negotiated, Negotiation, Next, TlsMode,
 };
@@ -37,7 +37,7 @@ impl ListenerTls {
 /// Serve one connection to completion.
 pub(crate) async fn serve<S>(
     stream: S,
-    client: &str,
+    client: ClientInfo,
     exports: &dyn Exports,
     metrics: Arc<Metrics>,
     limits: &Limits,
@@ -51,7 +51,7 @@ where
     // is part of negotiation, so it is under the same limit.
     let negotiated = tokio::time::timeout(
         limits.handshake_timeout,
-        negotiate(stream, client, exports, tls),
+        negotiate(stream, &client, exports, tls),
     )
     .await
     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "handshake timed out"))??;
@@ -87,7 +87,7 @@ enum Haggled {
 /// Greet, haggle, and upgrade to TLS when the client asks and the listener offers it.
 async fn negotiate<S>(
     mut stream: S,
-    client: &str,
+    client: &ClientInfo,
     exports: &dyn Exports,
     tls: &ListenerTls,
 ) -> io::Result<Ending<S>>
@@ -113,15 +113,28 @@ where
     // client (or a man in the middle) sent after STARTTLS are not taken as options:
     // they go to the TLS handshake, which fails on them.
     let mut stream = acceptor.accept(stream).await?;
-    let named = stream
+    // From here on the client is who its certificate says (the listener's
+    // configuration decides whether one is required).
+    let client = match stream
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(drove_tls::common_name)
-        .map(|cn| format!("{client} (certificate {cn})"));
-    let client = named.as_deref().unwrap_or(client);
-    match haggle(&mut stream, &mut neg, client, exports).await? {
+    {
+        Some(cert) => {
+            let cn = drove_tls::common_name(cert);
+            ClientInfo {
+                label: format!(
+                    "{} (certificate {})",
+                    client.label,
+                    cn.as_deref().unwrap_or("without a name")
+                ),
+                credential: Credential::Certificate(cn),
+            }
+        }
+        None => client.clone(),
+    };
+    match haggle(&mut stream, &mut neg, &client, exports).await? {
         Haggled::Aborted => Ok(Ending::Aborted),
         Haggled::Transmit(e, p) => Ok(Ending::Tls(Box::new(stream), e, p)),
         // The negotiation answers a second STARTTLS with an error, never an ACK.
@@ -133,7 +146,7 @@ where
 async fn haggle<S>(
     stream: &mut S,
     neg: &mut Negotiation,
-    client: &str,
+    client: &ClientInfo,
     exports: &dyn Exports,
 ) -> io::Result<Haggled>
 where
@@ -176,18 +189,18 @@ where
 /// Ask the catalogue what the negotiation needs; also return the opened export.
 async fn look_up(
     exports: &dyn Exports,
-    client: &str,
+    client: &ClientInfo,
     lookup: Lookup,
 ) -> (Found, Option<Arc<dyn Export>>) {
     match lookup {
         Lookup::Nothing => (Found::Nothing, None),
-        Lookup::List => (Found::List(exports.list().await), None),
+        Lookup::List => (Found::List(exports.list(client).await), None),
         Lookup::Export { name, description } => match exports.open(&name, client).await {
             Err(e) => (Found::Export(Err(e)), None),
             Ok(export) => {
                 let description = if description {
                     // Best effort: a catalogue error only loses the description.
-                    let list = exports.list().await.unwrap_or_default();
+                    let list = exports.list(client).await.unwrap_or_default();
                     list.into_iter().find(|(n, _)| *n == name).map(|(_, d)| d)
                 } else {
                     None

@@ -10,7 +10,7 @@ use drove_metrics::Metrics;
 use drove_nbd::option::encode_option;
 use drove_nbd::proto::*;
 use drove_nbd::request::Command;
-use drove_nbd::{Exports, Server, TlsMode};
+use drove_nbd::{Credential, Exports, Server, TlsMode};
 use drove_tls::{Ca, ClientAuth, Identity, NodeNames};
 use rustls_pki_types::ServerName;
 use std::path::PathBuf;
@@ -159,4 +159,45 @@ async fn test_allow_serves_plaintext_and_the_unix_path_never_offers_tls() {
     within(Client::go_greeted(s, "d", false, false))
         .await
         .unwrap();
+}
+
+/// The catalogue learns who opens an export: a TLS client by its certificate's
+/// name, a plaintext TCP client as anonymous, a unix-socket client as local.
+#[tokio::test]
+async fn test_the_catalogue_sees_each_client_by_what_it_proved() {
+    let c = certs();
+    let f = fixture(TlsMode::Allow, &c);
+    let (mut s, h) = f.connect_tcp();
+    within(async {
+        greet(&mut s).await.unwrap();
+        assert_eq!(option(&mut s, NBD_OPT_STARTTLS, &[]).await, NBD_REP_ACK);
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let tls = connector(&c).connect(name, s).await.unwrap();
+        let mut cl = Client::go_greeted(tls, "d", false, false).await.unwrap();
+        cl.send(Command::Disc, 0, 1, 0, 0, &[]).await.unwrap();
+    })
+    .await;
+    within(h).await.unwrap().unwrap();
+    let (s, h) = f.connect_tcp();
+    within(async {
+        let mut cl = Client::go(s, "d", false, false).await.unwrap();
+        cl.send(Command::Disc, 0, 2, 0, 0, &[]).await.unwrap();
+    })
+    .await;
+    within(h).await.unwrap().unwrap();
+    let (s, h) = f.connect();
+    within(async {
+        let mut cl = Client::go(s, "d", false, false).await.unwrap();
+        cl.send(Command::Disc, 0, 3, 0, 0, &[]).await.unwrap();
+    })
+    .await;
+    within(h).await.unwrap().unwrap();
+    assert_eq!(
+        *f.exports.opened_by.lock(),
+        vec![
+            Credential::Certificate(Some("alice".to_string())),
+            Credential::Anonymous,
+            Credential::Local,
+        ]
+    );
 }

@@ -514,6 +514,7 @@ fn moved_vdi() -> drove_types::VdiInfo {
         policy: drove_types::WritePolicy::Sync,
         max_lag_ms: None,
         max_lag_bytes: None,
+        nbd_clients: Vec::new(),
         past_homes: vec![drove_types::PastHome {
             zone: Some("z1".into()),
             until: Epoch(5),

@@ -1006,6 +1006,7 @@ mod tests {
             policy: Default::default(),
             max_lag_ms: None,
             max_lag_bytes: None,
+            nbd_clients: Vec::new(),
             past_homes: Vec::new(),
         };
         // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so

@@ -19,6 +19,7 @@ fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
         policy: drove_types::WritePolicy::ZoneSync,
         max_lag_ms: Some(max_ms),
         max_lag_bytes: Some(max_bytes),
+        nbd_clients: Vec::new(),
         past_homes: Vec::new(),
     })
 }

@@ -39,6 +39,7 @@ async fn test_a_read_while_the_new_holders_recover_is_served_by_a_copy_placed_be
     // The home moves to zone b at epoch 2 (the map's nodes unchanged, as a move is).
     let moved = VdiInfo {
         home_zone: Some("b".into()),
+        nbd_clients: Vec::new(),
         past_homes: vec![PastHome {
             zone: Some("a".into()),
             until: Epoch(2),

@@ -112,6 +112,37 @@ pub fn validate_max_lag(ms: Option<u32>, bytes: Option<u64>) -> Result<()> {
     Ok(())
 }
 
+/// Most client names one VDI's NBD access list holds.
+pub const MAX_NBD_CLIENTS: usize = 64;
+/// Longest client name: X.509's upper bound on a common name.
+pub const MAX_CLIENT_NAME: usize = 64;
+
+/// Check an NBD access list ([`VdiInfo::nbd_clients`]): at most
+/// [`MAX_NBD_CLIENTS`] names, each 1 to [`MAX_CLIENT_NAME`] bytes without control
+/// characters, none twice.
+pub fn validate_client_names(names: &[String]) -> Result<()> {
+    if names.len() > MAX_NBD_CLIENTS {
+        return Err(Error::invalid(format!(
+            "At most {MAX_NBD_CLIENTS} client names per VDI, not {}",
+            names.len()
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for n in names {
+        if n.is_empty() || n.len() > MAX_CLIENT_NAME || n.chars().any(char::is_control) {
+            return Err(Error::invalid(format!(
+                "Bad client name '{}': 1 to {MAX_CLIENT_NAME} bytes without control \
+                 characters (the common name of the client's certificate)",
+                n.escape_default()
+            )));
+        }
+        if !seen.insert(n) {
+            return Err(Error::invalid(format!("Client name '{n}' is given twice")));
+        }
+    }
+    Ok(())
+}
+
 /// A virtual disk image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VdiInfo {
@@ -169,6 +200,13 @@ pub struct VdiInfo {
     /// recovery can tell who held what before the move.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub past_homes: Vec<PastHome>,
+    /// The clients allowed to attach this VDI over NBD on TCP, by the common name
+    /// of their certificate (`drove vdi access`); empty: any client the port lets
+    /// in. A plaintext TCP client has no name and is refused when the list is not
+    /// empty. The unix socket is not concerned: its file permissions decide. Its
+    /// snapshots and clones start with the same list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nbd_clients: Vec<String>,
 }
 
 /// A home zone a VDI had for the maps of epochs before `until`.

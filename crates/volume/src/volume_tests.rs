@@ -81,6 +81,7 @@ fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume>
         policy: Default::default(),
         max_lag_ms: None,
         max_lag_bytes: None,
+        nbd_clients: Vec::new(),
         past_homes: Vec::new(),
     };
     local.catalog().publish(drove_replica::Catalog {

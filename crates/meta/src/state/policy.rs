@@ -2,13 +2,26 @@
 //! operators change them after creation. The record is all that changes here: every
 //! node's watcher hands the new record to its open volume (`Volume::set_info`), so
 //! the writer's gateway learns it without a reattach.
-use drove_types::{validate_max_lag, WritePolicy};
+use drove_types::{validate_client_names, validate_max_lag, WritePolicy};
 
 use std::sync::Arc;
 
 use super::{invalid, no_vdi, ApplyResult, MetaState, Reply};
 
 impl MetaState {
+    /// Replace VDI `name`'s NBD access list (snapshots too: they are exports).
+    pub(super) fn set_vdi_access(&mut self, name: &str, clients: &[String]) -> ApplyResult {
+        validate_client_names(clients).map_err(|e| invalid(e.message().to_string()))?;
+        if !self.vdis.contains_key(name) {
+            return Err(no_vdi(name));
+        }
+        let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
+            return Err(no_vdi(name));
+        };
+        vdi.nbd_clients = clients.to_vec();
+        Ok(Reply::Vdi(vdi.clone()))
+    }
+
     pub(super) fn set_vdi_policy(
         &mut self,
         name: &str,

@@ -261,3 +261,90 @@ fn test_snapshots_and_clones_carry_the_policy() {
     ));
     assert_eq!((r.policy, r.max_lag_ms), (WritePolicy::ZoneSync, Some(300)));
 }
+
+fn access(name: &str, clients: &[&str]) -> Command {
+    Command::SetVdiAccess {
+        name: name.into(),
+        nbd_clients: clients.iter().map(|c| c.to_string()).collect(),
+    }
+}
+
+/// An NBD access list is set whole, cleared with an empty one, carried by
+/// snapshots and clones, and a bad list changes nothing.
+#[test]
+fn test_access_lists_are_set_whole_inherited_and_checked() {
+    let mut s = state();
+    let v = vdi(s.apply(&access("base", &["vm-host-1", "backup"]), 1));
+    assert_eq!(v.nbd_clients, ["vm-host-1", "backup"]);
+    assert_eq!(s.vdis["base"].nbd_clients, ["vm-host-1", "backup"]);
+    s.apply(
+        &Command::SnapshotVdi {
+            name: "base".into(),
+            snap: "gold".into(),
+            by: NodeId(1),
+            now_ms: 200_000,
+        },
+        200,
+    )
+    .unwrap();
+    assert_eq!(s.vdis["gold"].nbd_clients, ["vm-host-1", "backup"]);
+    let c = vdi(s.apply(
+        &Command::CloneVdi {
+            snap: "gold".into(),
+            name: "vm1".into(),
+            ephemeral: false,
+        },
+        200,
+    ));
+    assert_eq!(c.nbd_clients, ["vm-host-1", "backup"]);
+    // A snapshot is an export too: its list may change.
+    assert_eq!(
+        vdi(s.apply(&access("gold", &["restore"]), 201)).nbd_clients,
+        ["restore"]
+    );
+    // Empty: anyone the port lets in; the other records keep theirs.
+    assert!(vdi(s.apply(&access("vm1", &[]), 202))
+        .nbd_clients
+        .is_empty());
+    assert_eq!(s.vdis["base"].nbd_clients, ["vm-host-1", "backup"]);
+
+    let before = s.clone();
+    let long = "x".repeat(drove_types::MAX_CLIENT_NAME + 1);
+    let many: Vec<String> = (0..=drove_types::MAX_NBD_CLIENTS)
+        .map(|i| format!("c{i}"))
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let cases = [
+        (access("nope", &["a"]), ErrorKind::NotFound, "No VDI"),
+        (access("base", &[""]), ErrorKind::Invalid, "Bad client name"),
+        (
+            access("base", &[long.as_str()]),
+            ErrorKind::Invalid,
+            "Bad client name",
+        ),
+        (
+            access("base", &["a\nb"]),
+            ErrorKind::Invalid,
+            "Bad client name",
+        ),
+        (access("base", &["a", "a"]), ErrorKind::Invalid, "twice"),
+        (access("base", &many), ErrorKind::Invalid, "At most"),
+    ];
+    for (cmd, kind, words) in cases {
+        let (k, msg) = s.apply(&cmd, 300).unwrap_err();
+        assert_eq!(k, kind, "{msg}");
+        assert!(msg.contains(words), "{msg}");
+        assert_eq!(s, before, "a refused access list changed the state");
+    }
+    // The longest name and the most names pass.
+    let most = &many[..drove_types::MAX_NBD_CLIENTS];
+    let longest = "y".repeat(drove_types::MAX_CLIENT_NAME);
+    assert_eq!(
+        vdi(s.apply(&access("base", most), 301)).nbd_clients.len(),
+        drove_types::MAX_NBD_CLIENTS
+    );
+    assert_eq!(
+        vdi(s.apply(&access("base", &[longest.as_str()]), 302)).nbd_clients,
+        std::slice::from_ref(&longest)
+    );
+}

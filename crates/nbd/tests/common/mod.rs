@@ -9,7 +9,7 @@ pub mod fixture;
 use async_trait::async_trait;
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_nbd::{Export, Exports, Extent, Server};
+use drove_nbd::{ClientInfo, Credential, Export, Exports, Extent, Server};
 use drove_types::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -156,6 +156,8 @@ impl Export for MemExport {
 #[derive(Default)]
 pub struct MemExports {
     pub map: Mutex<BTreeMap<String, (Arc<MemExport>, String)>>,
+    /// The credential of every client that opened an export, in order.
+    pub opened_by: Mutex<Vec<Credential>>,
 }
 
 impl MemExports {
@@ -174,14 +176,15 @@ impl MemExports {
 
 #[async_trait]
 impl Exports for MemExports {
-    async fn list(&self) -> Result<Vec<(String, String)>> {
+    async fn list(&self, _client: &ClientInfo) -> Result<Vec<(String, String)>> {
         Ok(lock(&self.map)
             .iter()
             .map(|(n, (_, d))| (n.clone(), d.clone()))
             .collect())
     }
 
-    async fn open(&self, name: &str, _client: &str) -> Result<Arc<dyn Export>> {
+    async fn open(&self, name: &str, client: &ClientInfo) -> Result<Arc<dyn Export>> {
+        lock(&self.opened_by).push(client.credential.clone());
         match lock(&self.map).get(name) {
             Some((e, _)) => Ok(Arc::clone(e) as Arc<dyn Export>),
             None => Err(Error::not_found(format!("no export named '{name}'"))),

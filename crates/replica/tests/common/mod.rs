@@ -133,6 +133,7 @@ pub fn vdi(mode: ReplicationMode) -> VdiInfo {
         policy: Default::default(),
         max_lag_ms: None,
         max_lag_bytes: None,
+        nbd_clients: Vec::new(),
         past_homes: Vec::new(),
     }
 }
