@@ -387,6 +387,8 @@ impl PeerPool {
                     (Box::new(r), Box::new(w))
                 }
                 Some(tls) => {
+                    // Reads buffered below TLS (crate::readahead).
+                    let stream = crate::readahead::ReadAhead::new(stream);
                     let shake = tls.connect(drove_tls::peer_server_name(), stream);
                     let mut s = tokio::time::timeout(live.silent_after, shake)
                         .await

@@ -23,6 +23,7 @@ pub mod liveness;
 pub mod local;
 mod mapcell;
 mod ranges;
+mod readahead;
 pub mod recovery;
 mod server;
 mod ship;

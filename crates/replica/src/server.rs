@@ -217,6 +217,9 @@ impl PeerServer {
         if let Some(tls) = self.tls.get() {
             // Everything is TLS: the handshake (a node certificate of this cluster)
             // within the hello time, then ALPN says frames or HTTP.
+            // rustls reads 4 KiB at a time: buffered below it, a large frame takes
+            // a few system calls instead of one per 4 KiB.
+            let stream = crate::readahead::ReadAhead::new(stream);
             let s = match tokio::time::timeout(self.limits.hello, tls.accept(stream)).await {
                 Err(_) => {
                     tracing::debug!(%peer, "peer connection closed: no TLS handshake within {:?}", self.limits.hello);
