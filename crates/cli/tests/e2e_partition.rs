@@ -16,8 +16,11 @@ const LEASE: Duration = Duration::from_secs(6);
 /// Slack on top of the lease for "writes have stopped" (process scheduling, the
 /// 0.5 s the gateway keeps in hand is already inside the lease).
 const MARGIN: Duration = Duration::from_secs(2);
-/// How long a write waits for the write lock before failing (volume/src/lock.rs).
-const ACQUIRE_PATIENCE: Duration = Duration::from_secs(3);
+/// How long a write waits for the write lock before failing once its node has not
+/// heard from a metadata majority for the cluster's down-after (5 s by default,
+/// daemon/src/locks.rs `majority_window`), and at least 3 s (volume/src/lock.rs):
+/// a write sent at the cut fails within 5 s of it.
+const ACQUIRE_PATIENCE: Duration = Duration::from_secs(5);
 const RANGE: &str = "0 256k";
 
 /// One command's outcome in a [`Session`].
@@ -375,7 +378,7 @@ fn test_cut_off_gateway_is_fenced_and_majority_takes_over() {
                 w.at(t_cut)
             )),
             // A write sent after the lease ran out waits for a new lock at most the
-            // volume's acquire patience (3 s) before it fails.
+            // acquire patience (above) before it fails.
             Some(d) if d > stop_by.max(w.sent + ACQUIRE_PATIENCE + MARGIN) => {
                 findings.push(format!(
                     "a write through the cut-off node 0 did not fail within lease + margin \

@@ -28,6 +28,16 @@ impl MetaLocks {
     }
 }
 
+/// How long since this node last heard from a metadata majority a write waiting
+/// for the lock still waits: the cluster's failure timeout (`drove cluster config
+/// --down-after`, 5 s by default), at least [`drove_meta::QUORUM_FRESH`]. A
+/// metadata as silent as a node the cluster does not call down yet is slow (a new
+/// Raft term behind a 4 s fsync in the paper bench), not gone; a gateway cut off
+/// for longer fails its writes.
+pub(crate) fn majority_window(down_after_ms: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(down_after_ms).max(drove_meta::QUORUM_FRESH)
+}
+
 /// This node's clock, milliseconds since the Unix epoch (lease stamps).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -39,9 +49,8 @@ pub(crate) fn now_ms() -> u64 {
 #[async_trait]
 impl LockService for MetaLocks {
     fn majority_recent(&self) -> bool {
-        self.meta
-            .quorum_age()
-            .is_some_and(|a| a < drove_meta::QUORUM_FRESH)
+        let window = majority_window(self.meta.state().settings.down_after_ms);
+        self.meta.quorum_age().is_some_and(|a| a < window)
     }
 
     async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
@@ -159,5 +168,18 @@ impl drove_replica::Membership for MetaMembership {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::majority_window;
+    use std::time::Duration;
+
+    #[test]
+    fn test_a_lock_wait_lasts_the_failure_timeout_and_at_least_3_s() {
+        assert_eq!(majority_window(15_000), Duration::from_secs(15));
+        assert_eq!(majority_window(5_000), Duration::from_secs(5));
+        assert_eq!(majority_window(500), drove_meta::QUORUM_FRESH);
     }
 }
