@@ -198,8 +198,14 @@ impl Ca {
     }
 
     fn issue(&self, mut params: CertificateParams, days: u32) -> Result<Issued> {
+        validity(&mut params, days);
+        self.sign(params)
+    }
+
+    /// Sign `params` (its validity set) with a new key.
+    fn sign(&self, mut params: CertificateParams) -> Result<Issued> {
         let key = KeyPair::generate().map_err(gen("a key"))?;
-        let not_after = validity(&mut params, days);
+        let not_after = params.not_after;
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
@@ -219,32 +225,61 @@ impl Ca {
     /// A node certificate: server and client authentication, valid for the node's
     /// hosts and [`NODE_NAME`].
     pub fn issue_node(&self, names: &NodeNames, days: u32) -> Result<Issued> {
-        check_name(&names.name)?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = dn(&names.name);
-        let mut sans = vec![san(NODE_NAME)?];
-        for h in &names.hosts {
-            let s = san(h)?;
-            if !sans.contains(&s) {
-                sans.push(s);
-            }
-        }
-        params.subject_alt_names = sans;
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        self.issue(params, days)
+        self.issue(node_params(names)?, days)
     }
 
     /// A client certificate: client authentication only, CN = `name`.
     pub fn issue_client(&self, name: &str, days: u32) -> Result<Issued> {
-        check_name(name)?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = dn(name);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params, days)
+        self.issue(client_params(name)?, days)
     }
+
+    /// A node (`node`) or client certificate that expired a day ago (valid for
+    /// the ten days before): what the tests show every port refuses.
+    #[cfg(test)]
+    pub(crate) fn issue_expired(&self, name: &str, node: bool) -> Result<Issued> {
+        let mut params = if node {
+            node_params(&NodeNames {
+                name: name.to_string(),
+                hosts: vec!["127.0.0.1".to_string()],
+            })?
+        } else {
+            client_params(name)?
+        };
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::days(11);
+        params.not_after = now - Duration::days(1);
+        self.sign(params)
+    }
+}
+
+/// What a node certificate says: server and client authentication, the node's
+/// hosts and [`NODE_NAME`].
+fn node_params(names: &NodeNames) -> Result<CertificateParams> {
+    check_name(&names.name)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn(&names.name);
+    let mut sans = vec![san(NODE_NAME)?];
+    for h in &names.hosts {
+        let s = san(h)?;
+        if !sans.contains(&s) {
+            sans.push(s);
+        }
+    }
+    params.subject_alt_names = sans;
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    Ok(params)
+}
+
+/// What a client certificate says: client authentication only, CN = `name`.
+fn client_params(name: &str) -> Result<CertificateParams> {
+    check_name(name)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn(name);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
 }
 
 impl Issued {

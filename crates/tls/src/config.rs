@@ -3,6 +3,7 @@
 //! and rustls's safe defaults (TLS 1.2 and 1.3, no weak suites).
 use crate::files::load_certs;
 use crate::reload::ReloadingIdentity;
+use crate::roots::{verifier_error, ReloadingClientVerifier};
 use crate::{Error, Result, CA_CERT, CLIENT_CERT, CLIENT_KEY, SERVER_CERT, SERVER_KEY};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -82,20 +83,31 @@ pub fn server_config(ca: &Path, id: &Identity, auth: ClientAuth) -> Result<Arc<S
     let builder = match auth {
         ClientAuth::None => builder.with_no_client_auth(),
         ClientAuth::Optional | ClientAuth::Required => {
-            let roots = load_roots(ca)?;
-            let mut v = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            if auth == ClientAuth::Optional {
-                v = v.allow_unauthenticated();
-            }
-            let verifier = v.build().map_err(|e| Error::Verifier {
-                path: ca.to_path_buf(),
-                why: e.to_string(),
+            // The CA file is read again when it changes (crate::roots).
+            let (p, path) = (provider.clone(), ca.to_path_buf());
+            let verifier = ReloadingClientVerifier::load(ca, move |roots| {
+                let mut v = WebPkiClientVerifier::builder_with_provider(roots, p.clone());
+                if auth == ClientAuth::Optional {
+                    v = v.allow_unauthenticated();
+                }
+                v.build().map_err(|e| verifier_error(&path, e))
             })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let config = builder.with_cert_resolver(ReloadingIdentity::load(id, provider)?);
+    let mut config = builder.with_cert_resolver(ReloadingIdentity::load(id, provider)?);
+    no_resumption(&mut config);
     Ok(Arc::new(config))
+}
+
+/// No session resumption: a resumed TLS session is not checked against the CA file
+/// again, so a client whose CA was removed (or whose certificate expired) would
+/// still get in with a session ticket from before. Every connection is a full
+/// handshake instead (connections are long-lived: NBD, peers; a CLI command makes
+/// one).
+pub(crate) fn no_resumption(config: &mut ServerConfig) {
+    config.send_tls13_tickets = 0;
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
 }
 
 /// The server configuration of a node from its TLS directory (`ca-cert.pem`,

@@ -214,3 +214,49 @@ async fn test_a_replaced_node_certificate_is_served_without_a_restart() {
     assert_ne!(now, first, "the old certificate is still served");
     assert_eq!(now, load_certs(&node.join(SERVER_CERT)).unwrap()[0]);
 }
+
+/// Moving to a new CA without a restart: the node's CA file gains the new CA (its
+/// clients get in from the next handshake, the old CA's still do), then loses the
+/// old one (its clients are refused); a CA file that cannot be used is refused and
+/// the roots in use stay. Same server configuration throughout.
+#[tokio::test]
+async fn test_a_ca_file_changed_while_the_node_runs_is_used_for_the_next_handshakes() {
+    let d = dirs();
+    let server = node_server_config(&d.node, ClientAuth::Required).unwrap();
+    let wait = crate::reload::CHECK_EVERY + std::time::Duration::from_millis(200);
+    let old_ca = std::fs::read_to_string(d.node.join(CA_CERT)).unwrap();
+    let new = Ca::generate("new", 1).unwrap();
+    let dir = d.client.parent().unwrap().join("new-client");
+    new.issue_client("bob", 1)
+        .unwrap()
+        .write_client(&new, &dir)
+        .unwrap();
+    // Bob trusts the node (old CA) and presents a certificate of the new CA.
+    let bob = client_config(&d.client.join(CA_CERT), Some(&Identity::client(&dir))).unwrap();
+    let alice = client_of(&d.client, true);
+    assert!(connect(server.clone(), bob.clone(), "127.0.0.1")
+        .await
+        .is_err());
+
+    // Both CAs in the file.
+    let both = format!("{old_ca}{}", new.cert_pem());
+    std::fs::write(d.node.join(CA_CERT), &both).unwrap();
+    tokio::time::sleep(wait).await;
+    let cn = connect(server.clone(), bob.clone(), "127.0.0.1").await;
+    assert_eq!(cn, Ok(Some("bob".to_string())));
+    let cn = connect(server.clone(), alice.clone(), "127.0.0.1").await;
+    assert_eq!(cn, Ok(Some("alice".to_string())));
+
+    // A file that cannot be used: refused, the two CAs stay.
+    std::fs::write(d.node.join(CA_CERT), "not a certificate\n").unwrap();
+    tokio::time::sleep(wait).await;
+    let cn = connect(server.clone(), bob.clone(), "127.0.0.1").await;
+    assert_eq!(cn, Ok(Some("bob".to_string())));
+
+    // The new CA only: the old CA's client is refused.
+    std::fs::write(d.node.join(CA_CERT), new.cert_pem()).unwrap();
+    tokio::time::sleep(wait).await;
+    assert!(connect(server.clone(), alice, "127.0.0.1").await.is_err());
+    let cn = connect(server, bob, "127.0.0.1").await;
+    assert_eq!(cn, Ok(Some("bob".to_string())));
+}

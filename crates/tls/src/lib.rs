@@ -3,7 +3,7 @@
 //! ([`files`]), and the rustls configurations built from those files ([`config`]).
 //!
 //! ```text
-//!   drove cert ca / drove up --tls ─▶ Ca::generate ─▶ ca-cert.pem, ca-key.pem
+//!   drove cert ca / drove up       ─▶ Ca::generate ─▶ ca-cert.pem, ca-key.pem
 //!   drove cert node|client          ─▶ Ca::issue_*   ─▶ server-*.pem | client-*.pem
 //!   drove node run --tls-dir DIR    ─▶ config::server_config ─▶ NBD STARTTLS (later: peers, Raft)
 //! ```
@@ -18,13 +18,17 @@ mod error;
 pub mod files;
 pub mod node;
 pub mod reload;
+mod roots;
 
 pub use ca::{Ca, Issued, NodeNames};
 pub use config::{
     client_config, common_name, node_server_config, server_config, ClientAuth, Identity,
 };
 pub use error::Error;
-pub use node::{peer_client_config, peer_server_config, peer_server_name, ALPN_HTTP, ALPN_PEER};
+pub use node::{
+    admin_client_config, peer_client_config, peer_server_config, peer_server_name, ALPN_HTTP,
+    ALPN_PEER,
+};
 pub use reload::ReloadingIdentity;
 
 /// The CA certificate (in every directory: the node's, the client's, the CA's).

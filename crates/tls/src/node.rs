@@ -8,6 +8,7 @@
 //! the cluster map, which a certificate need not list, and behind WAN-emulating
 //! proxies at addresses no certificate could list.
 use crate::reload::ReloadingIdentity;
+use crate::roots::{ReloadingClientVerifier, ReloadingServerVerifier};
 use crate::{Error, Result, CA_CERT, NODE_NAME};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -50,7 +51,7 @@ pub fn is_node_cert(cert: &CertificateDer<'_>) -> bool {
 /// Checks a server's certificate as the node certificate of the cluster, whatever
 /// name was dialled.
 #[derive(Debug)]
-struct ServerIsNode(Arc<WebPkiServerVerifier>);
+struct ServerIsNode(Arc<dyn ServerCertVerifier>);
 
 impl ServerCertVerifier for ServerIsNode {
     fn verify_server_cert(
@@ -162,15 +163,19 @@ fn verifier_err(path: &Path) -> impl FnOnce(String) -> Error + '_ {
 pub fn peer_server_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>> {
     let ca = dir.join(CA_CERT);
     let id = crate::Identity::node(dir);
-    let roots = crate::config::load_roots(&ca)?;
-    let inner = WebPkiClientVerifier::builder_with_provider(roots, provider())
-        .build()
-        .map_err(|e| verifier_err(&ca)(e.to_string()))?;
+    // The CA file is read again when it changes (crate::roots).
+    let path = ca.clone();
+    let inner = ReloadingClientVerifier::load(&ca, move |roots| {
+        WebPkiClientVerifier::builder_with_provider(roots, provider())
+            .build()
+            .map_err(|e| verifier_err(&path)(e.to_string()))
+    })?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(config_err(&ca))?
         .with_client_cert_verifier(Arc::new(ClientIsNode(inner)))
         .with_cert_resolver(ReloadingIdentity::load(&id, provider())?);
+    crate::config::no_resumption(&mut config);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
 }
@@ -180,10 +185,14 @@ pub fn peer_server_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ServerConfig
 pub fn peer_client_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>> {
     let ca = dir.join(CA_CERT);
     let id = crate::Identity::node(dir);
-    let roots = crate::config::load_roots(&ca)?;
-    let inner = WebPkiServerVerifier::builder_with_provider(roots, provider())
-        .build()
-        .map_err(|e| verifier_err(&ca)(e.to_string()))?;
+    let path = ca.clone();
+    let inner = ReloadingServerVerifier::load(&ca, move |roots| {
+        let v: Arc<dyn ServerCertVerifier> =
+            WebPkiServerVerifier::builder_with_provider(roots, provider())
+                .build()
+                .map_err(|e| verifier_err(&path)(e.to_string()))?;
+        Ok(v)
+    })?;
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(config_err(&ca))?
@@ -191,6 +200,28 @@ pub fn peer_client_config(dir: &Path, alpn: &[&[u8]]) -> Result<Arc<ClientConfig
         .with_custom_certificate_verifier(Arc::new(ServerIsNode(inner)))
         .with_client_cert_resolver(ReloadingIdentity::load(&id, provider())?);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// A client of a node's admin API (the CLI, `curl`-like tools): accepts only a node
+/// certificate of the CA in `ca`, whatever address was dialled (users type
+/// `127.0.0.1:7000`, a host name or a proxy's address, which a certificate need not
+/// list); presents `id` when given (a client certificate of the CA).
+pub fn admin_client_config(ca: &Path, id: Option<&crate::Identity>) -> Result<Arc<ClientConfig>> {
+    let roots = crate::config::load_roots(ca)?;
+    let inner = WebPkiServerVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(|e| verifier_err(ca)(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_err(ca))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(ServerIsNode(inner)));
+    let mut config = match id {
+        None => builder.with_no_client_auth(),
+        Some(id) => builder.with_client_cert_resolver(ReloadingIdentity::load(id, provider())?),
+    };
+    config.alpn_protocols = vec![ALPN_HTTP.to_vec()];
     Ok(Arc::new(config))
 }
 

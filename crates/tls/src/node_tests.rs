@@ -128,3 +128,63 @@ async fn test_a_client_certificate_of_the_cluster_ca_is_not_a_node() {
     .unwrap_err();
     assert!(err.contains("not a node"), "{err}");
 }
+
+/// An expired certificate of the cluster CA is refused on every port: on the peer
+/// port both ways (an expired node dialling in, a node dialling an expired one);
+/// on the NBD TCP port (client certificate required) and the admin API (optional,
+/// but one that is sent must be valid); and by the CLI dialling an admin API whose
+/// node certificate expired. Without a client certificate the admin API lets the
+/// CLI in: its tokens decide.
+#[tokio::test]
+async fn test_an_expired_certificate_is_refused_on_every_port() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::generate("ca", 1).unwrap();
+    let good = tmp.path().join("good");
+    node_dir(&ca, &good, "node1");
+    let old = tmp.path().join("old");
+    ca.issue_expired("node2", true)
+        .unwrap()
+        .write_node(&ca, &old)
+        .unwrap();
+    let old_client = tmp.path().join("old-client");
+    ca.issue_expired("vm-host", false)
+        .unwrap()
+        .write_client(&ca, &old_client)
+        .unwrap();
+    let expired = |e: &str| e.to_lowercase().contains("expired");
+
+    let err = shake(
+        peer_server_config(&good, &[ALPN_PEER]).unwrap(),
+        peer_client_config(&old, &[ALPN_PEER]).unwrap(),
+        NODE_NAME,
+    )
+    .await
+    .unwrap_err();
+    assert!(expired(&err), "an expired node dialling in: {err}");
+    let err = shake(
+        peer_server_config(&old, &[ALPN_PEER]).unwrap(),
+        peer_client_config(&good, &[ALPN_PEER]).unwrap(),
+        NODE_NAME,
+    )
+    .await
+    .unwrap_err();
+    assert!(expired(&err), "dialling an expired node: {err}");
+
+    let old_id = crate::Identity::client(&old_client);
+    for auth in [crate::ClientAuth::Required, crate::ClientAuth::Optional] {
+        let server = crate::node_server_config(&good, auth).unwrap();
+        let client = crate::client_config(&good.join(CA_CERT), Some(&old_id)).unwrap();
+        let err = shake(server, client, "127.0.0.1").await.unwrap_err();
+        assert!(expired(&err), "{auth:?}, an expired client: {err}");
+    }
+
+    let server = crate::node_server_config(&good, crate::ClientAuth::Optional).unwrap();
+    let cli = admin_client_config(&good.join(CA_CERT), None).unwrap();
+    shake(server, cli, "10.1.2.3")
+        .await
+        .expect("the CLI without a client certificate, any address dialled");
+    let server = crate::node_server_config(&old, crate::ClientAuth::Optional).unwrap();
+    let cli = admin_client_config(&old.join(CA_CERT), None).unwrap();
+    let err = shake(server, cli, "127.0.0.1").await.unwrap_err();
+    assert!(expired(&err), "the CLI dialling an expired node: {err}");
+}

@@ -6,8 +6,7 @@
 //! key does not match its certificate (the files are replaced one after the other),
 //! is refused with a warning, and the pair in use stays until a good one is there.
 //!
-//! The CA certificate (trust roots) is read at start only: a new CA still needs a
-//! restart.
+//! The CA certificate file (trust roots) follows its file too ([`crate::roots`]).
 use crate::files::{load_certs, load_key};
 use crate::{Error, Identity, Result};
 use parking_lot::Mutex;
