@@ -3,7 +3,7 @@
 node, write 4 KiB, and detach, with several writers per VDI racing each other's lock
 release, and readers beside them. Counts every failed cycle; the target is 0.
 
-    drove up --nodes 3 --dir /tmp/att --base-port 17000 --detach
+    drove up --nodes 3 --dir /tmp/att --base-port 17000 --detach --no-tls --no-auth
     python3 bench/attach.py --dir /tmp/att --cycles 1000 --vdis 32
     drove down --dir /tmp/att
 

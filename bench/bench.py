@@ -80,7 +80,8 @@ def main():
     procs = []
     try:
         print("starting drove: 3 nodes, 3 zones, copies=3", flush=True)
-        sh(DROVE, "up", "--nodes", "3", "--zones", "3", "--dir", cdir, "--detach", "--base-port", "0")
+        sh(DROVE, "up", "--nodes", "3", "--zones", "3", "--dir", cdir, "--detach", "--base-port", "0",
+           "--no-tls", "--no-auth")
         cl = json.load(open(os.path.join(cdir, "cluster.json")))
         admin = cl["nodes"][0]["admin"]
         sh(DROVE, "vdi", "create", "bench", a.size, "--copies", "3", "--cluster", admin)

@@ -129,7 +129,8 @@ def main():
         disk_mbs = max(disk_runs)
 
         print("starting drove: 4 nodes, 4 zones, copies=3", flush=True)
-        sh(DROVE, "up", "--nodes", "4", "--zones", "4", "--dir", cdir, "--detach", "--base-port", "0")
+        sh(DROVE, "up", "--nodes", "4", "--zones", "4", "--dir", cdir, "--detach", "--base-port", "0",
+           "--no-tls", "--no-auth")
         cl = json.load(open(os.path.join(cdir, "cluster.json")))
         nodes = cl["nodes"]
         admin = nodes[0]["admin"]

@@ -54,14 +54,18 @@ class Cluster:
         self.tls = tls
         self.dir = tempfile.mkdtemp(prefix="drove-tls-bench-" if tls else "drove-plain-bench-")
         cmd = [drove, "up", "--detach", "--base-port", "0", "--nodes", "3",
-               "--zones", "3", "--dir", self.dir]
-        if tls:
-            cmd.append("--tls")
+               "--zones", "3", "--dir", self.dir, "--no-auth"]
+        if not tls:
+            cmd.append("--no-tls")
         run(cmd)
         with open(os.path.join(self.dir, "cluster.json")) as f:
             self.nodes = json.load(f)["nodes"]
         self.admin = self.nodes[0]["admin"]
-        run([drove, "vdi", "create", "b", size, "--copies", "3", "--cluster", self.admin])
+        cmd = [drove, "vdi", "create", "b", size, "--copies", "3", "--cluster", self.admin]
+        if tls:
+            # The admin API speaks HTTPS only when the nodes have certificates.
+            cmd += ["--ca", os.path.join(self.dir, "tls")]
+        run(cmd)
 
     def uri(self):
         return f"nbd+unix:///b?socket={self.nodes[0]['nbd_unix']}"

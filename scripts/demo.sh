@@ -17,10 +17,13 @@ trap cleanup EXIT
 
 step "starting 3 nodes in 3 zones: drove up --nodes 3 --zones 3 --dir $DIR --detach"
 "$DROVE" up --nodes 3 --zones 3 --dir "$DIR" --detach --base-port 0
-export DROVE_CLUSTER=$(field 0 admin)
+# What `drove up` printed for the CLI: the address, the cluster CA (the admin APIs
+# speak HTTPS only) and the admin token.
+export DROVE_CLUSTER=$(field 0 admin) DROVE_TOKEN_FILE=$(field 0 admin_token_file)
+export DROVE_CA=$(python3 -c "import json; print(json.load(open('$DIR/cluster.json'))['tls']['dir'])")
 S1=$(field 0 nbd_unix); S2=$(field 1 nbd_unix); PID3=$(field 2 pid)
 
-step "drove cluster status"
+step "drove cluster status (over HTTPS, with the admin token)"
 "$DROVE" cluster status
 
 step "creating a 1 GiB VDI with 3 copies: drove vdi create demo 1G"

@@ -6,7 +6,7 @@
 set -euo pipefail
 pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin python3-libnbd nbdkit fio busybox-static
       linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3
-      cpio e2fsprogs prometheus libvirt-daemon-system libvirt-clients dpkg-dev systemd)
+      cpio e2fsprogs openssl prometheus libvirt-daemon-system libvirt-clients dpkg-dev systemd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

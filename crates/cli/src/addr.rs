@@ -1,5 +1,5 @@
 //! The admin address of a node as a user types it (`--cluster`, `DROVE_CLUSTER`,
-//! `--join`): `host`, `host:port`, `http://host[:port][/]`, IPv6 in brackets
+//! `--join`): `host`, `host:port`, `http[s]://host[:port][/]`, IPv6 in brackets
 //! (`[::1]:7000`). The admin API listens on port 7000 unless told otherwise, so a
 //! missing port means 7000 (not HTTP's 80). Anything that is not an address of the
 //! admin API (another scheme, a path, a user name) is refused with the reason,
@@ -39,6 +39,9 @@ impl fmt::Display for Source {
 pub struct ClusterAddr {
     /// `host:port`, with an IPv6 host in brackets: what goes into `http://…/`.
     pub authority: String,
+    /// The scheme written (`http` or `https`, lower case), if one was: without one
+    /// the CLI speaks HTTPS when it has the cluster's CA (`DROVE_CA`).
+    pub scheme: Option<&'static str>,
     /// The text as given.
     pub given: String,
     /// Where it came from.
@@ -54,6 +57,7 @@ impl ClusterAddr {
         })?;
         Ok(ClusterAddr {
             authority,
+            scheme: scheme(given),
             given: given.to_string(),
             source,
         })
@@ -70,6 +74,15 @@ impl ClusterAddr {
     }
 }
 
+/// The scheme of an admin address that has one (`http` or `https`).
+fn scheme(given: &str) -> Option<&'static str> {
+    match given.trim().split_once("://") {
+        Some((s, _)) if s.eq_ignore_ascii_case("https") => Some("https"),
+        Some((s, _)) if s.eq_ignore_ascii_case("http") => Some("http"),
+        _ => None,
+    }
+}
+
 /// `host:port` of an admin address in any accepted form, or why it is not one.
 pub fn authority(given: &str) -> Result<String, String> {
     let s = given.trim();
@@ -77,11 +90,15 @@ pub fn authority(given: &str) -> Result<String, String> {
         return Err("empty address; give host, host:port or http://host:port".into());
     }
     let rest = match s.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+        {
+            rest
+        }
         Some((scheme, _)) => {
             return Err(format!(
-                "scheme '{scheme}' is not supported: the admin API speaks plain http; \
-                 give host:port or http://host:port"
+                "scheme '{scheme}' is not supported: the admin API speaks http or https \
+                 (https with the cluster's CA, DROVE_CA); give host:port or http://host:port"
             ))
         }
         None => s,
@@ -190,7 +207,7 @@ mod tests {
 
     #[test]
     fn test_other_schemes_paths_and_bad_ports_are_refused_with_the_reason() {
-        assert!(err("https://127.0.0.1:7000").contains("scheme 'https'"));
+        assert!(err("nbds://127.0.0.1:7000").contains("scheme 'nbds'"));
         assert!(err("nbd://127.0.0.1:7002").contains("scheme 'nbd'"));
         assert!(err("http://127.0.0.1:7000/api/status").contains("'/api/status' is a path"));
         assert!(err("localhost/x").contains("path"));
@@ -206,11 +223,12 @@ mod tests {
 
     #[test]
     fn test_errors_and_origin_name_where_the_address_came_from() {
-        let e = ClusterAddr::parse("https://x", Source::Env).unwrap_err();
-        assert!(
-            e.starts_with("Bad DROVE_CLUSTER 'https://x': scheme"),
-            "{e}"
-        );
+        let e = ClusterAddr::parse("ftp://x", Source::Env).unwrap_err();
+        assert!(e.starts_with("Bad DROVE_CLUSTER 'ftp://x': scheme"), "{e}");
+        let a = ClusterAddr::parse("HTTPS://x", Source::Env).unwrap();
+        assert_eq!((a.authority.as_str(), a.scheme), ("x:7000", Some("https")));
+        let a = ClusterAddr::parse("x:1", Source::Env).unwrap();
+        assert_eq!(a.scheme, None);
         let e = ClusterAddr::parse("x/y", Source::Flag).unwrap_err();
         assert!(e.starts_with("Bad --cluster 'x/y': "), "{e}");
         let a = ClusterAddr::parse("localhost", Source::Flag).unwrap();

@@ -1,5 +1,5 @@
 //! `drove cert ca|node|client`: a cluster CA and the certificates it signs, for a
-//! real deployment (`drove up --tls` makes the same files for a local cluster).
+//! real deployment (`drove up` makes the same files for a local cluster).
 //! Every file is written with mode 0600 and none is ever replaced.
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};

@@ -3,7 +3,9 @@ use crate::addr::ClusterAddr;
 use anyhow::{anyhow, Result};
 use drove_daemon::api::{ApiError, ClientRequestId, REQUEST_ID_HEADER};
 use serde::{de::DeserializeOwned, Serialize};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a change whose outcome is not known is sent again (with the same
@@ -69,18 +71,51 @@ fn random_u64() -> u64 {
         .hash_one((std::time::SystemTime::now(), std::process::id()))
 }
 
-/// The admin API client: timeouts, and the token in every request when there is
-/// one (marked sensitive: never printed in debug output).
-fn http_client(token: Option<&str>) -> std::result::Result<reqwest::Client, String> {
+/// The admin API client: timeouts, the token in every request when there is one
+/// (marked sensitive: never printed in debug output), HTTPS trusting the cluster's
+/// CA when `tls` is given.
+fn http_client(
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> std::result::Result<reqwest::Client, String> {
     let headers = drove_daemon::api::token_headers(token)?;
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .connect_timeout(Duration::from_secs(3))
         // Nodes close admin connections silent for 60 s; never reuse one that old.
         .pool_idle_timeout(Duration::from_secs(30))
-        .default_headers(headers)
+        .http1_only()
+        .default_headers(headers);
+    if let Some(tls) = tls {
+        builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
+    }
+    builder
         .build()
         .map_err(|e| format!("Cannot make an HTTP client: {e}"))
+}
+
+/// The TLS of the admin API from `--ca` / `DROVE_CA`: a CA certificate file, or a
+/// directory holding `ca-cert.pem` (and, when both are there, `client-cert.pem` and
+/// `client-key.pem`, presented to the node: `drove up` writes DIR/tls so).
+pub fn admin_tls(
+    ca: Option<&Path>,
+) -> std::result::Result<Option<Arc<rustls::ClientConfig>>, String> {
+    let Some(ca) = ca else {
+        return Ok(None);
+    };
+    let bad =
+        |e: drove_tls::Error| format!("Cannot use the CA of DROVE_CA/--ca {}: {e}", ca.display());
+    if ca.is_dir() {
+        let id = drove_tls::Identity::client(ca);
+        let id = (id.cert.is_file() && id.key.is_file()).then_some(id);
+        drove_tls::admin_client_config(&ca.join(drove_tls::CA_CERT), id.as_ref())
+            .map(Some)
+            .map_err(bad)
+    } else {
+        drove_tls::admin_client_config(ca, None)
+            .map(Some)
+            .map_err(bad)
+    }
 }
 
 /// The secret in token file `path`: its text without surrounding white space.
@@ -118,8 +153,13 @@ pub struct Ctx {
     cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
-    /// Why the admin API token could not be read (a bad DROVE_TOKEN_FILE): reported
-    /// by the first command that asks the cluster, like a bad cluster address.
+    /// The token sent, kept to build the client again ([`Ctx::with_ca`]).
+    token: Option<String>,
+    /// HTTPS trusting the cluster's CA (`DROVE_CA`); `None`: plain HTTP.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// Why the admin API token or the CA could not be read (a bad DROVE_TOKEN_FILE
+    /// or DROVE_CA): reported by the first command that asks the cluster, like a
+    /// bad cluster address.
     token_error: Option<String>,
     /// The request id of this command's first change.
     request: ClientRequestId,
@@ -137,18 +177,23 @@ impl Ctx {
         json: bool,
         request: Option<ClientRequestId>,
         token: std::result::Result<Option<String>, String>,
+        ca: Option<&Path>,
     ) -> Self {
-        let (http, token_error) = match token.and_then(|t| http_client(t.as_deref())) {
-            Ok(h) => (h, None),
-            Err(e) => (
-                http_client(None).unwrap_or_else(|_| reqwest::Client::new()),
-                Some(e),
-            ),
+        let setup = token.and_then(|t| Ok((t, admin_tls(ca)?)));
+        let (token, tls, token_error) = match setup {
+            Ok((t, tls)) => (t, tls, None),
+            Err(e) => (None, None, Some(e)),
+        };
+        let (http, token_error) = match http_client(token.as_deref(), tls.as_ref()) {
+            Ok(h) => (h, token_error),
+            Err(e) => (reqwest::Client::new(), Some(e)),
         };
         Ctx {
             cluster,
             json,
             http,
+            token,
+            tls,
             token_error,
             request: request.unwrap_or_else(|| ClientRequestId {
                 client: random_u64(),
@@ -160,10 +205,28 @@ impl Ctx {
 
     /// The same context sending admin API token `token` (`drove up --auth`).
     pub fn with_token(&self, token: &str) -> Result<Ctx> {
+        self.rebuilt(Some(token.to_string()), self.tls.clone())
+    }
+
+    /// The same context speaking HTTPS with the CA (and client certificate) of
+    /// directory `dir` (`drove up`'s DIR/tls), or plain HTTP without one (whatever
+    /// DROVE_CA says).
+    pub fn with_ca(&self, dir: Option<&Path>) -> Result<Ctx> {
+        let tls = admin_tls(dir).map_err(|e| anyhow!("{e}"))?;
+        self.rebuilt(self.token.clone(), tls)
+    }
+
+    fn rebuilt(
+        &self,
+        token: Option<String>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Ctx> {
         Ok(Ctx {
             cluster: self.cluster.clone(),
             json: self.json,
-            http: http_client(Some(token)).map_err(|e| anyhow!("{e}"))?,
+            http: http_client(token.as_deref(), tls.as_ref()).map_err(|e| anyhow!("{e}"))?,
+            token,
+            tls,
             token_error: None,
             request: self.request,
             calls: AtomicU64::new(self.calls.load(Ordering::Relaxed)),
@@ -256,13 +319,27 @@ impl Ctx {
             return Err(anyhow!("{e}"));
         }
         match &self.cluster {
+            Ok(c) if c.scheme == Some("https") && self.tls.is_none() => Err(anyhow!(
+                "{} asks for https: give the cluster's CA certificate with DROVE_CA=FILE \
+                 or --ca FILE (a cluster of `drove up`: its DIR/tls)",
+                c.given
+            )),
             Ok(c) => Ok(&c.authority),
             Err(e) => Err(anyhow!("{e}")),
         }
     }
 
+    /// `https` with the cluster's CA unless the address says `http://`.
+    fn scheme(&self) -> &'static str {
+        match &self.cluster {
+            Ok(c) if c.scheme == Some("http") => "http",
+            _ if self.tls.is_some() => "https",
+            _ => "http",
+        }
+    }
+
     fn url(&self, addr: &str, path: &str) -> String {
-        format!("http://{addr}{path}")
+        format!("{}://{addr}{path}", self.scheme())
     }
 
     /// GET `path` with `consistent=true` (the node first confirms with the metadata
@@ -369,8 +446,15 @@ impl Ctx {
         resp: reqwest::Result<reqwest::Response>,
     ) -> Result<T> {
         let resp = resp.map_err(|e| {
+            let how = match self.scheme() {
+                "https" => {
+                    " over HTTPS (DROVE_CA is set; a node without certificates \
+                            speaks plain HTTP)"
+                }
+                _ => "",
+            };
             anyhow!(
-                "Cannot reach the cluster at {addr} ({}): {}; is a drove node running there?",
+                "Cannot reach the cluster at {addr} ({}){how}: {}; is a drove node running there?",
                 self.origin(addr),
                 root_cause(&e)
             )

@@ -57,6 +57,12 @@ struct Cli {
     /// --admin-token-file ask for one); DROVE_TOKEN, the secret itself, goes first.
     #[arg(long, global = true, env = "DROVE_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// The cluster's CA certificate: the admin API is then reached over HTTPS (nodes
+    /// with TLS certificates speak nothing else). A PEM file, or a directory holding
+    /// ca-cert.pem and, when present, client-cert.pem and client-key.pem, sent to the
+    /// node (`drove up` prints its DIR/tls).
+    #[arg(long, global = true, env = "DROVE_CA", value_name = "FILE|DIR")]
+    ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -161,6 +167,7 @@ fn main() {
         cli.json,
         cli.request_id,
         token,
+        cli.ca.as_deref(),
     );
     let res = rt.block_on(async move {
         config?;

@@ -99,7 +99,7 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub nbd_max_connections_per_client: u32,
     /// Directory of this node's certificates: ca-cert.pem, server-cert.pem and
-    /// server-key.pem (made by `drove cert node`, or `drove up --tls`).
+    /// server-key.pem (made by `drove cert node`, or `drove up`).
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
     /// TLS on the NBD TCP port: off, allow (plaintext or STARTTLS) or require
@@ -108,10 +108,11 @@ pub struct RunArgs {
     /// protected by its file permissions.
     #[arg(long, value_enum, value_name = "MODE")]
     pub nbd_tls: Option<NbdTls>,
-    /// Keep the peer port (objects, Raft, internal metadata calls) in plaintext even
-    /// with --tls-dir. By default a node with --tls-dir speaks mutual TLS there and
-    /// lets in only nodes with a certificate of the same CA; every node of a cluster
-    /// must agree.
+    /// Keep the peer port (objects, Raft, internal metadata calls) and the admin API
+    /// in plaintext even with --tls-dir. By default a node with --tls-dir speaks
+    /// mutual TLS on the peer port, letting in only nodes with a certificate of the
+    /// same CA, and HTTPS only on the admin API (the CLI needs DROVE_CA); every node
+    /// of a cluster must agree.
     #[arg(long)]
     pub no_peer_tls: bool,
     /// Ask every admin API request (--listen) for a bearer token; this file holds

@@ -11,7 +11,9 @@ use crate::table;
 pub enum TokenCmd {
     /// Make a token and print its secret, once: the cluster keeps only its SHA-256.
     /// Send it with DROVE_TOKEN=SECRET, or put it in a file (mode 0600) named by
-    /// DROVE_TOKEN_FILE or --token-file. Needs an admin token.
+    /// DROVE_TOKEN_FILE or --token-file. Over HTTPS a client certificate of the
+    /// cluster CA whose common name is the token's name has its role too, without
+    /// the secret. Needs an admin token.
     Create {
         /// Its name (1 to 64 letters, digits, '-', '_' or '.').
         name: String,

@@ -35,19 +35,28 @@ pub struct UpArgs {
     /// First admin port; node i uses BASE+10i (admin), +1 (peer), +2 (NBD). 0 picks free ports.
     #[arg(long, default_value_t = 7000)]
     base_port: u16,
-    /// Make a cluster CA and certificates (DIR/tls: ca-cert.pem, ca-key.pem,
-    /// client-cert.pem, client-key.pem; DIR/nodeN/tls for each node) and require
-    /// TLS with a client certificate on the NBD TCP ports (`nbds://`). The unix
-    /// sockets stay plaintext. New clusters only; a restart keeps what it had.
-    #[arg(long)]
+    /// TLS, the default: make a cluster CA and certificates (DIR/tls: ca-cert.pem,
+    /// ca-key.pem, client-cert.pem, client-key.pem; DIR/nodeN/tls for each node),
+    /// require TLS with a client certificate on the NBD TCP ports (`nbds://`),
+    /// mutual TLS between the nodes and HTTPS only on the admin APIs (prints the
+    /// DROVE_CA to export for the CLI). The unix sockets stay plaintext. New
+    /// clusters only; a restart keeps what it had.
+    #[arg(long, conflicts_with = "no_tls")]
     tls: bool,
-    /// Ask every admin API request for a token: makes DIR/admin.token (a random
-    /// admin token, mode 0600), starts every node with --admin-token-file on it, and
-    /// prints the DROVE_TOKEN_FILE to export for the CLI. `drove token create`
-    /// makes tokens with fewer rights. New clusters only; a restart keeps what it
-    /// had.
+    /// No certificates: plaintext NBD on TCP (`nbd://`), between the nodes and on
+    /// the admin APIs. For trying tools that speak no TLS, on a trusted host.
     #[arg(long)]
+    no_tls: bool,
+    /// Tokens, the default: ask every admin API request for one. Makes
+    /// DIR/admin.token (a random admin token, mode 0600), starts every node with
+    /// --admin-token-file on it, and prints the DROVE_TOKEN_FILE to export for the
+    /// CLI. `drove token create` makes tokens with fewer rights. New clusters only;
+    /// a restart keeps what it had.
+    #[arg(long, conflicts_with = "no_auth")]
     auth: bool,
+    /// No tokens: anyone who reaches an admin port may do anything.
+    #[arg(long)]
+    no_auth: bool,
 }
 
 #[derive(Args)]
@@ -353,6 +362,20 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
                     a.dir.display()
                 );
             }
+            if a.no_tls && f.tls.is_some() {
+                bail!(
+                    "--no-tls: the cluster in {} was made with certificates, and a restart \
+                     keeps them; to try one without, use another --dir",
+                    a.dir.display()
+                );
+            }
+            if a.no_auth && f.nodes.iter().any(|n| n.admin_token_file.is_some()) {
+                bail!(
+                    "--no-auth: the cluster in {} was made with an admin token, and a restart \
+                     keeps it; to try one without, use another --dir",
+                    a.dir.display()
+                );
+            }
             eprintln!(
                 "Restarting the {} nodes of {}",
                 f.nodes.len(),
@@ -362,12 +385,12 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         }
         None => {
             let mut nodes = plan(&a, &a.dir)?;
-            let tls = if a.tls {
+            let tls = if !a.no_tls {
                 Some(make_certs(&a.dir, &mut nodes)?)
             } else {
                 None
             };
-            if a.auth {
+            if !a.no_auth {
                 let file = make_admin_token(&a.dir)?;
                 for n in &mut nodes {
                     n.admin_token_file = Some(file.clone());
@@ -382,6 +405,10 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         None => None,
     };
     let ctx = with_token.as_ref().unwrap_or(ctx);
+    // With certificates the admin APIs speak HTTPS only: `drove up` uses the CA and
+    // the client certificate it wrote; without, plain HTTP (whatever DROVE_CA says).
+    let with_ca = ctx.with_ca(tls.as_ref().map(|t| Path::new(&t.dir)))?;
+    let ctx = &with_ca;
     // Nodes started so far; killed if start-up fails part-way, since no
     // cluster.json exists yet for `drove down` to find them.
     let mut children = Started(Vec::new());
@@ -410,6 +437,9 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             );
         }
         println!("\nexport DROVE_CLUSTER={}", file.nodes[0].admin);
+        if let Some(t) = &file.tls {
+            println!("export DROVE_CA={}", t.dir);
+        }
         if let Some(t) = &file.nodes[0].admin_token_file {
             println!("export DROVE_TOKEN_FILE={t}");
         }

@@ -113,10 +113,16 @@ fn test_unreachable_cluster_error_names_the_address_tried_and_its_source() {
     // Not an admin address at all: refused before anything is sent.
     let o = run(Command::new(drove_bin())
         .args(["vdi", "list"])
-        .env("DROVE_CLUSTER", "https://127.0.0.1:7000"));
+        .env("DROVE_CLUSTER", "nbd://127.0.0.1:7000"));
+    fails_with(&o, "Bad DROVE_CLUSTER 'nbd://127.0.0.1:7000': scheme 'nbd'");
+    // https without the cluster's CA: refused before anything is sent, saying why.
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list"])
+        .env("DROVE_CLUSTER", "https://127.0.0.1:1")
+        .env_remove("DROVE_CA"));
     fails_with(
         &o,
-        "Bad DROVE_CLUSTER 'https://127.0.0.1:7000': scheme 'https'",
+        "https://127.0.0.1:1 asks for https: give the cluster's CA",
     );
     let o = run(Command::new(drove_bin()).args(["vdi", "list", "--cluster", "127.0.0.1:7000/api"]));
     fails_with(&o, "Bad --cluster '127.0.0.1:7000/api': '/api' is a path");

@@ -110,6 +110,8 @@ fn test_full_disk_fails_the_request_and_keeps_earlier_data() {
         "--detach",
         "--base-port",
         "0",
+        "--no-tls",
+        "--no-auth",
     ]));
     assert!(o.status.success(), "{}", text(&o));
     struct Down(std::path::PathBuf);

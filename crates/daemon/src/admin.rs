@@ -26,6 +26,9 @@ pub struct Admin {
     pub exports: Arc<crate::exports::VdiExports>,
     /// For asking other nodes' admin APIs (who has a VDI open).
     pub http: reqwest::Client,
+    /// `https` when the admin APIs speak HTTPS (the nodes have certificates), else
+    /// `http`: how [`Admin::url`] reaches another node.
+    pub admin_scheme: &'static str,
     /// The directory of the object store (for its disk space).
     pub store_dir: std::path::PathBuf,
     /// SHA-256 of the node's admin token (`--admin-token-file`); `None`: the admin
@@ -39,6 +42,11 @@ impl Admin {
     /// The VDI record named `name`, as this node's metadata has it.
     pub fn find_vdi(&self, name: &str) -> Result<VdiInfo, Error> {
         find_vdi(self, name)
+    }
+
+    /// The URL of `path` on the admin API at `addr` (another node's).
+    pub fn url(&self, addr: &str, path: &str) -> String {
+        format!("{}://{addr}{path}", self.admin_scheme)
     }
 
     /// The record plus what this node can tell about it.

@@ -12,6 +12,12 @@
 //! metadata keeps their name, role and the SHA-256 of the secret, never the secret.
 //! `/metrics` is served without a token when the node runs with `--open-metrics`.
 //! Without `--admin-token-file` the admin API takes anyone, as before.
+//!
+//! Over HTTPS a request without a token may be let in by the client certificate
+//! its connection presented (verified against the cluster CA): a node certificate
+//! is an admin; a client certificate has the role of the token whose name is its
+//! common name (`drove token create host-a --role operator` gives both a secret
+//! and the certificate `host-a` that role); without such a token it has none.
 use axum::extract::{Path, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
@@ -23,6 +29,7 @@ use drove_types::Error;
 
 use crate::admin::{Admin, ApiResult};
 use crate::api;
+use crate::http_listen::PeerCert;
 
 /// SHA-256 of `secret`, lowercase hex.
 pub fn sha256_hex(secret: &str) -> String {
@@ -90,30 +97,22 @@ pub(crate) async fn check(State(a): State<Admin>, req: Request, next: Next) -> R
     let Some(need) = required_role(req.method(), req.uri().path(), a.open_metrics) else {
         return next.run(req).await;
     };
-    let Some(token) = bearer(&req) else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+    let cert = req.extensions().get::<PeerCert>();
+    let found = match (bearer(&req), cert) {
+        (Some(token), _) => by_token(&a, own, token),
+        (None, Some(cert)) => by_certificate(&a, cert),
+        (None, None) => Err(
             "This node requires an admin API token: set DROVE_TOKEN to the secret, or \
              DROVE_TOKEN_FILE (or --token-file) to a file that holds it"
                 .to_string(),
-        );
+        ),
     };
-    let h = sha256_hex(token);
-    let (who, role) = if same(&h, own) {
-        ("the node's admin token".to_string(), Role::Admin)
-    } else {
-        match a.meta.state().token_by_hash(&h) {
-            Some((name, role)) => (format!("token '{name}'"), role),
-            None => {
-                // Not a warning: anyone who reaches the port could fill the log.
-                tracing::debug!(path = %req.uri().path(), "admin API: unknown token refused");
-                return refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "Unknown or deleted admin API token".to_string(),
-                );
-            }
+    let (who, role) = match found {
+        Ok(x) => x,
+        Err(why) => {
+            // Not a warning: anyone who reaches the port could fill the log.
+            tracing::debug!(path = %req.uri().path(), "admin API: request refused (no role)");
+            return refuse(StatusCode::UNAUTHORIZED, "unauthorized", why);
         }
     };
     if role < need {
@@ -130,6 +129,36 @@ pub(crate) async fn check(State(a): State<Admin>, req: Request, next: Next) -> R
         );
     }
     next.run(req).await
+}
+
+/// Who a bearer token is and its role, or why it has none; `own` is the SHA-256
+/// of the node's token.
+fn by_token(a: &Admin, own: &str, token: &str) -> Result<(String, Role), String> {
+    let h = sha256_hex(token);
+    if same(&h, own) {
+        return Ok(("the node's admin token".to_string(), Role::Admin));
+    }
+    match a.meta.state().token_by_hash(&h) {
+        Some((name, role)) => Ok((format!("token '{name}'"), role)),
+        None => Err("Unknown or deleted admin API token".to_string()),
+    }
+}
+
+/// Who a verified client certificate is and its role: a node's is an admin, a
+/// client's has the role of the token of its name.
+fn by_certificate(a: &Admin, cert: &PeerCert) -> Result<(String, Role), String> {
+    let name = cert.name.as_deref().unwrap_or("");
+    if cert.node {
+        return Ok((format!("node certificate '{name}'"), Role::Admin));
+    }
+    match a.meta.state().tokens.get(name) {
+        Some(t) if !name.is_empty() => Ok((format!("certificate '{name}'"), t.role)),
+        _ => Err(format!(
+            "The client certificate '{name}' has no role on this node: send a token \
+             (DROVE_TOKEN or DROVE_TOKEN_FILE), or give the certificate one with \
+             `drove token create {name} --role read-only|operator|admin`"
+        )),
+    }
 }
 
 /// `/api/tokens` (list, create) and `/api/tokens/{name}` (delete).

@@ -40,7 +40,7 @@ pub(crate) async fn gather(a: &Admin, name: &str) -> VdiClients {
     others.retain(|(id, _)| *id != me);
     let http = &a.http;
     let asks = others.into_iter().map(|(id, addr)| async move {
-        let url = format!("http://{addr}/api/local/vdis/{}/clients", encode(name));
+        let url = a.url(&addr, &format!("/api/local/vdis/{}/clients", encode(name)));
         let res: Result<Vec<Client>> = ask(http.get(&url).timeout(ASK_TIMEOUT), &url).await;
         (id, res)
     });
@@ -177,10 +177,9 @@ pub(crate) async fn await_dropped(a: &Admin, name: &str, id: drove_types::VdiId)
             if *node == me {
                 return dropped_here(a, name, id);
             }
-            let url = format!(
-                "http://{addr}/api/local/vdis/{}/gone?id={}",
-                encode(name),
-                id.0
+            let url = a.url(
+                addr,
+                &format!("/api/local/vdis/{}/gone?id={}", encode(name), id.0),
             );
             match http.get(&url).timeout(ASK_TIMEOUT).send().await {
                 Ok(r) if r.status().is_success() => r.json::<bool>().await.unwrap_or(false),

@@ -88,9 +88,10 @@ pub(crate) async fn health(State(a): State<Admin>) -> ApiResult<Health> {
     let me = a.meta.node_id();
     let mut others = crate::clients::up_admins(&a);
     others.retain(|(id, _)| *id != me);
+    let a = &a;
     let http = &a.http;
     let asks = others.into_iter().map(|(node, addr)| async move {
-        let url = format!("http://{addr}/api/local/health");
+        let url = a.url(&addr, "/api/local/health");
         let asked_ms = unix_ms();
         let res: Result<LocalHealth> = ask(http.get(&url).timeout(ASK_TIMEOUT), &url).await;
         Answer {
@@ -103,7 +104,7 @@ pub(crate) async fn health(State(a): State<Admin>) -> ApiResult<Health> {
     let now = unix_ms();
     let mut answers = vec![Answer {
         node: me,
-        reply: Ok(local(&a)),
+        reply: Ok(local(a)),
         asked_ms: now,
         answered_ms: now,
     }];

@@ -21,6 +21,12 @@
 //!   per connection is in flight (HTTP/1 serves a connection's requests in turn),
 //!   so the connection cap bounds them, and Raft heartbeats and CLI calls are not
 //!   queued behind large bodies when the budget is exhausted.
+//!
+//! A node with certificates serves the admin API over HTTPS only
+//! ([`AdminServer::with_tls`]): the TLS handshake has [`AdminLimits::idle`] to
+//! finish, and a client that speaks plain HTTP (its first byte is not a TLS
+//! handshake record) gets one `400` whose message says how to reach the node,
+//! then the connection closes.
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -29,7 +35,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bytes::{Bytes, BytesMut};
 use drove_proto::Budget;
-use drove_replica::accept::Acceptor;
+use drove_replica::accept::{Acceptor, LogEvery};
 use drove_replica::stall::WriteDeadline;
 use drove_replica::{HttpHandoff, PeerIo};
 use futures::StreamExt;
@@ -38,8 +44,10 @@ use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 /// A body of at most this many bytes needs no length and takes nothing from the
 /// budget.
@@ -79,6 +87,25 @@ impl Default for AdminLimits {
 pub struct AdminServer {
     limits: AdminLimits,
     budget: Budget,
+    /// HTTPS only, with this configuration; `None`: plain HTTP.
+    tls: Option<TlsAcceptor>,
+    /// Refused connections are logged at most once a second (anyone who reaches
+    /// the port could fill the log).
+    refusals: parking_lot::Mutex<LogEvery>,
+}
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The client certificate an HTTPS connection presented (verified against the
+/// cluster CA in the handshake), put in each of its requests' extensions for the
+/// token check ([`crate::auth`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCert {
+    /// Its common name.
+    pub name: Option<String>,
+    /// Whether it is a node certificate of the cluster (it carries `drove-node`).
+    pub node: bool,
 }
 
 impl AdminServer {
@@ -87,6 +114,19 @@ impl AdminServer {
         Arc::new(AdminServer {
             limits,
             budget: Budget::new(limits.budget),
+            tls: None,
+            refusals: parking_lot::Mutex::new(LogEvery::new(Duration::from_secs(1))),
+        })
+    }
+
+    /// A server held to `limits` that speaks HTTPS only, with `tls` (`None`: plain
+    /// HTTP, as [`AdminServer::new`]).
+    pub fn with_tls(limits: AdminLimits, tls: Option<Arc<rustls::ServerConfig>>) -> Arc<Self> {
+        Arc::new(AdminServer {
+            limits,
+            budget: Budget::new(limits.budget),
+            tls: tls.map(TlsAcceptor::from),
+            refusals: parking_lot::Mutex::new(LogEvery::new(Duration::from_secs(1))),
         })
     }
 
@@ -104,9 +144,13 @@ impl AdminServer {
         loop {
             tokio::select! {
                 (stream, peer, slot) = acceptor.accept() => {
-                    let conn = self.serve_conn(app.clone(), stream, peer);
+                    let me = self.clone();
+                    let app = app.clone();
                     conns.spawn(async move {
-                        conn.await;
+                        match me.tls.clone() {
+                            None => me.serve_conn(app, stream, peer).await,
+                            Some(tls) => me.serve_tls(app, tls, stream, peer).await,
+                        }
                         drop(slot);
                     });
                 }
@@ -121,6 +165,50 @@ impl AdminServer {
     pub fn handoff(self: Arc<Self>, router: Router) -> Arc<dyn HttpHandoff> {
         let app = self.app(router);
         Arc::new(Handoff { server: self, app })
+    }
+
+    /// Serve one connection of an HTTPS-only listener: a TLS handshake within
+    /// the idle limit, then HTTP inside it; a plain HTTP client is told to use HTTPS.
+    async fn serve_tls(&self, app: Router, tls: TlsAcceptor, stream: TcpStream, peer: SocketAddr) {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(self.limits.idle, stream.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+            Ok(Ok(1)) => {
+                self.refused(peer, "plain HTTP on the HTTPS port, refused");
+                return refuse_plain(stream).await;
+            }
+            // Closed, failed or silent before its first byte.
+            _ => return,
+        }
+        let stream = match tokio::time::timeout(self.limits.idle, tls.accept(stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return self.refused(peer, &format!("TLS handshake failed: {e}")),
+            Err(_) => {
+                let why = format!("TLS handshake not done in {:?}", self.limits.idle);
+                return self.refused(peer, &why);
+            }
+        };
+        let cert = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| PeerCert {
+                name: drove_tls::common_name(c),
+                node: drove_tls::node::is_node_cert(c),
+            });
+        let app = match cert {
+            Some(c) => app.layer(axum::Extension(c)),
+            None => app,
+        };
+        self.serve_conn(app, stream, peer).await
+    }
+
+    /// Log a refused connection, unless one was logged less than a second ago.
+    fn refused(&self, peer: SocketAddr, why: &str) {
+        if let Some(skipped) = self.refusals.lock().ready() {
+            tracing::info!(%peer, skipped, "admin API: {why}");
+        }
     }
 
     fn app(self: &Arc<Self>, router: Router) -> Router {
@@ -246,6 +334,45 @@ async fn collect(body: Body, cap: usize, unannounced: bool) -> Result<Bytes, Res
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
+}
+
+/// What a plain HTTP client of an HTTPS-only admin API is told.
+pub const HTTPS_ONLY: &str = "This node's admin API speaks HTTPS only (the node has TLS \
+    certificates): give the CLI the cluster's CA certificate with DROVE_CA=FILE or --ca FILE \
+    (a cluster of drove up: DIR/tls, which also holds a client certificate), or use \
+    https:// with that CA (any tool: the node's certificate carries the name drove-node)";
+
+/// Answer a plain HTTP request on an HTTPS-only listener with one 400 that says so,
+/// then close. The request head is read first (briefly, at most 16 KiB) so that
+/// closing does not reset the connection before the client reads the answer.
+async fn refuse_plain(mut stream: TcpStream) {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while head.len() < 16 << 10 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let body = serde_json::to_vec(&crate::api::ApiError {
+        error: "invalid".to_string(),
+        message: HTTPS_ONLY.to_string(),
+    })
+    .unwrap_or_default();
+    let head = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 fn refuse(status: StatusCode, message: String) -> Response {

@@ -42,6 +42,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = nbd_tls_config(&cfg)?;
     let peer_tls = peer_tls_config(&cfg)?;
+    let admin_tls = admin_tls_config(&cfg)?;
     let admin_l = bind(cfg.listen, "the admin API").await?;
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
@@ -124,12 +125,16 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_socket: info.nbd_socket.clone(),
         recoverer: recoverer.clone(),
         exports: exports.clone(),
-        http: node_client(cfg.admin_token.as_deref())?,
+        http: node_client(
+            cfg.admin_token.as_deref(),
+            peer_tls.as_ref().map(|t| &t.http),
+        )?,
+        admin_scheme: if admin_tls.is_some() { "https" } else { "http" },
         store_dir: cfg.data.join("store"),
         token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
         open_metrics: cfg.open_metrics,
     }));
-    let admin_server = AdminServer::new(AdminLimits::default());
+    let admin_server = AdminServer::with_tls(AdminLimits::default(), admin_tls);
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
     let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
     peer_server.set_http(AdminServer::new(AdminLimits::default()).handoff(meta.router()));
@@ -246,6 +251,25 @@ fn chain(e: &dyn std::error::Error) -> String {
     why
 }
 
+/// The admin API's TLS: with certificates (and peer TLS on), HTTPS only. The
+/// node's certificate; a client certificate of the CA is checked when one is sent
+/// (the CLI of a `drove up` cluster sends one) but not required: tokens say who may do
+/// what. Nodes ask each other's admin APIs with their node certificate.
+fn admin_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>> {
+    let Some(dir) = cfg.tls_dir.as_deref().filter(|_| cfg.peer_tls) else {
+        return Ok(None);
+    };
+    drove_tls::node_server_config(dir, drove_tls::ClientAuth::Optional)
+        .map(Some)
+        .map_err(|e| {
+            Error::invalid(format!(
+                "Bad TLS directory {}: {}",
+                dir.display(),
+                chain(&e)
+            ))
+        })
+}
+
 /// The TLS configuration of the NBD TCP port: `None` when TLS is off. Clients must
 /// present a certificate signed by the cluster CA.
 fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>> {
@@ -267,11 +291,20 @@ fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>>
 }
 
 /// The HTTP client a node asks other nodes' admin APIs with: it sends the node's
-/// admin token, which every node of a cluster shares.
-fn node_client(token: Option<&str>) -> Result<reqwest::Client> {
+/// admin token, which every node of a cluster shares, and speaks HTTPS with its
+/// node certificate when `tls` is given (the admin APIs then speak nothing else).
+fn node_client(
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<reqwest::Client> {
     let headers = crate::api::token_headers(token).map_err(Error::invalid)?;
-    reqwest::Client::builder()
-        .default_headers(headers)
+    let mut builder = reqwest::Client::builder()
+        .http1_only()
+        .default_headers(headers);
+    if let Some(tls) = tls {
+        builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
+    }
+    builder
         .build()
         .map_err(|e| Error::invalid(format!("Cannot make an HTTP client: {e}")))
 }

@@ -118,7 +118,10 @@ async fn lag(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<LagR
     if node == a.meta.node_id() {
         return Ok(Json(here(&a, &info)));
     }
-    let url = format!("http://{addr}/api/local/vdis/{}/lag", encode(&info.name));
+    let url = a.url(
+        &addr,
+        &format!("/api/local/vdis/{}/lag", encode(&info.name)),
+    );
     let r: LagReport = ask(a.http.get(&url).timeout(ASK_TIMEOUT), &url)
         .await
         .map_err(|e| {
@@ -197,7 +200,10 @@ async fn sync(
     if node == a.meta.node_id() {
         return local_sync(State(a), Path(name), Json(req)).await;
     }
-    let url = format!("http://{addr}/api/local/vdis/{}/sync", encode(&info.name));
+    let url = a.url(
+        &addr,
+        &format!("/api/local/vdis/{}/sync", encode(&info.name)),
+    );
     let call = a
         .http
         .post(&url)

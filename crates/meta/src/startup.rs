@@ -50,7 +50,9 @@ pub(crate) async fn ask_cluster_id(
     join: &str,
     deadline: Instant,
 ) -> Result<crate::remote::Hello> {
-    let url = format!("http://{join}/meta/hello");
+    // The admin API speaks HTTPS when the nodes have certificates (then the
+    // client has them too: the scheme of its internal calls).
+    let url = format!("{}://{join}/meta/hello", client.scheme);
     let what = format!("Cannot learn the cluster id from {join}");
     let not_drove = |why: String| {
         Attempt::Fail(Error::invalid(format!(

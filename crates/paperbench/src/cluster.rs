@@ -47,12 +47,20 @@ impl DroveCluster {
             stopped: false,
         };
         let mut cmd = Command::new(bin);
-        cmd.args(["up", "--detach", "--base-port", "0"])
-            .args(["--nodes", &n.to_string(), "--zones", &zones.to_string()])
-            .args(["--copies", &copies.to_string()])
-            .arg("--dir")
-            .arg(dir)
-            .stdin(Stdio::null());
+        // Plain HTTP and NBD: the bench talks to the nodes and qemu-nbd alike.
+        cmd.args([
+            "up",
+            "--detach",
+            "--base-port",
+            "0",
+            "--no-tls",
+            "--no-auth",
+        ])
+        .args(["--nodes", &n.to_string(), "--zones", &zones.to_string()])
+        .args(["--copies", &copies.to_string()])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null());
         run_checked(&mut cmd, "drove up")?;
         let path = dir.join("cluster.json");
         let bytes =

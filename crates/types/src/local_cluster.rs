@@ -22,7 +22,7 @@ pub struct NodeEntry {
     /// Process id.
     pub pid: u32,
     /// The node's TLS directory (`drove node run --tls-dir`), for a cluster started
-    /// with `drove up --tls`.
+    /// by `drove up` (unless --no-tls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_dir: Option<String>,
     /// The admin API token file (`drove node run --admin-token-file`), for a
@@ -32,7 +32,7 @@ pub struct NodeEntry {
     pub admin_token_file: Option<String>,
 }
 
-/// The certificates of a cluster started with `drove up --tls`.
+/// The certificates of a cluster started by `drove up` (unless --no-tls).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterTls {
     /// DIR/tls: the CA and a client certificate, in the layout QEMU's

@@ -50,6 +50,11 @@ drove_load_conf() {
     : "${DROVE_SSH:=ssh}"
     : "${DROVE_LOCAL_HOSTS:=}"
     : "${DROVE_STAGING_DIR:=/var/tmp}"
+    : "${DROVE_CA:=}"
+    : "${DROVE_TOKEN_FILE:=}"
+    # Handed to the CLI only when set: an empty one would name no file.
+    if [ -n "$DROVE_CA" ]; then export DROVE_CA; else unset DROVE_CA; fi
+    if [ -n "$DROVE_TOKEN_FILE" ]; then export DROVE_TOKEN_FILE; else unset DROVE_TOKEN_FILE; fi
     if ! command -v "$DROVE" >/dev/null 2>&1; then
         drove_die "the drove CLI '$DROVE' is not installed or not on PATH (set DROVE in drove.conf)"
     fi

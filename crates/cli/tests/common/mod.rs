@@ -179,17 +179,30 @@ impl Cluster {
         zones: usize,
         extra: &[&str],
     ) -> Cluster {
-        let o = run(Command::new(drove_bin()).arg("up").args(extra).args([
-            "--nodes",
-            &nodes.to_string(),
-            "--zones",
-            &zones.to_string(),
-            "--dir",
-            dir.path().to_str().unwrap(),
-            "--detach",
-            "--base-port",
-            "0",
-        ]));
+        // `drove up` makes certificates and a token by default; a test asks for
+        // what it tests (`--tls`, `--auth`) and gets plain HTTP and NBD otherwise.
+        let mut plain = Vec::new();
+        if !extra.contains(&"--tls") {
+            plain.push("--no-tls");
+        }
+        if !extra.contains(&"--auth") {
+            plain.push("--no-auth");
+        }
+        let o = run(Command::new(drove_bin())
+            .arg("up")
+            .args(extra)
+            .args(&plain)
+            .args([
+                "--nodes",
+                &nodes.to_string(),
+                "--zones",
+                &zones.to_string(),
+                "--dir",
+                dir.path().to_str().unwrap(),
+                "--detach",
+                "--base-port",
+                "0",
+            ]));
         assert!(o.status.success(), "drove up failed: {}", text(&o));
         let mut c = Cluster {
             dir,
@@ -215,6 +228,10 @@ impl Cluster {
         cmd.args(args).args(["--cluster", &self.nodes[i].admin]);
         if let Some(t) = &self.nodes[i].admin_token_file {
             cmd.env("DROVE_TOKEN_FILE", t);
+        }
+        // With certificates the admin API speaks HTTPS only.
+        if let Some(t) = &self.tls {
+            cmd.env("DROVE_CA", &t.dir);
         }
         run(&mut cmd)
     }
@@ -268,6 +285,14 @@ impl Cluster {
             .append(true)
             .open(Path::new(&n.data).join("node.log"))
             .unwrap();
+        // As `drove up` started it: its certificates and token file too.
+        let mut kept = Vec::new();
+        if let Some(t) = &n.tls_dir {
+            kept.extend(["--tls-dir".to_string(), t.clone()]);
+        }
+        if let Some(t) = &n.admin_token_file {
+            kept.extend(["--admin-token-file".to_string(), t.clone()]);
+        }
         let child = Command::new(drove_bin())
             .args(["node", "run", "--data", &n.data])
             .args([
@@ -279,6 +304,7 @@ impl Cluster {
                 &n.peer,
             ])
             .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
+            .args(&kept)
             .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -286,13 +312,8 @@ impl Cluster {
             .unwrap();
         self.nodes[i].pid = child.id();
         self.extra.push(child);
-        let admin = n.admin.clone();
         wait_until(Duration::from_secs(60), "restarted node to serve", || {
-            Command::new(drove_bin())
-                .args(["cluster", "status", "--cluster", &admin])
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
+            self.drove(i, &["cluster", "status"]).status.success()
                 && Path::new(&n.nbd_unix).exists()
         });
     }
@@ -325,9 +346,18 @@ impl Cluster {
     }
 
     pub fn metrics(&self, i: usize) -> String {
-        let o =
-            run(Command::new("curl")
-                .args(["-sf", &format!("http://{}/metrics", self.nodes[i].admin)]));
+        let mut cmd = Command::new("curl");
+        match &self.tls {
+            // HTTPS only; node certificates of `drove up --tls` name 127.0.0.1.
+            Some(t) => cmd.args([
+                "-sf",
+                "--cacert",
+                &t.ca_cert,
+                &format!("https://{}/metrics", self.nodes[i].admin),
+            ]),
+            None => cmd.args(["-sf", &format!("http://{}/metrics", self.nodes[i].admin)]),
+        };
+        let o = run(&mut cmd);
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 }
