@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TLS on against TLS off, in one run (issue 14's benchmark).
 
-Starts two local 3-node clusters, one with `drove up --tls` (peer traffic over
+Starts two local 3-node clusters, one with `drove up` (certificates, the default: peer traffic over
 mutual TLS, NBD over TCP requiring TLS) and one without, each with a copies=3 VDI
 prefilled once, and measures with fio (ioengine=nbd):
 
@@ -149,7 +149,7 @@ def main():
         f"# TLS on against off ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
         "",
         f"Command: `{cmd}`; took {time.time() - started:.0f} s. Two local 3-node clusters "
-        "(copies 3), one `drove up --tls`, one plain; fio ioengine=nbd through node 1's "
+        "(copies 3), one `drove up` (TLS), one `drove up --no-tls`; fio ioengine=nbd through node 1's "
         f"unix socket ({a.runtime} s per run) and nbdcopy over NBD TCP (the whole "
         f"{a.size} disk in 4 KiB requests), {a.repeat} repeats alternating between "
         "the clusters, medians.",
