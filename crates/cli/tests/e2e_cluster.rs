@@ -114,16 +114,7 @@ fn test_full_disk_fails_the_request_and_keeps_earlier_data() {
         "--no-auth",
     ]));
     assert!(o.status.success(), "{}", text(&o));
-    struct Down(std::path::PathBuf);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = Command::new(drove_bin())
-                .args(["down", "--dir"])
-                .arg(&self.0)
-                .output();
-        }
-    }
-    let _down = Down(mnt.clone());
+    let _down = DownOnDrop(mnt.clone());
     let f: serde_json::Value =
         serde_json::from_slice(&std::fs::read(mnt.join("cluster.json")).unwrap()).unwrap();
     let admin = f["nodes"][0]["admin"].as_str().unwrap().to_string();

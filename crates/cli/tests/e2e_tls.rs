@@ -1078,17 +1078,8 @@ fn test_a_client_certificate_has_the_role_of_the_token_of_its_name() {
 /// the cluster had).
 #[test]
 fn test_drove_up_makes_certificates_and_a_token_by_default() {
-    struct Down(PathBuf);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            let _ = Command::new(drove_bin())
-                .args(["down", "--dir"])
-                .arg(&self.0)
-                .output();
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
-    let down = Down(dir.path().to_path_buf());
+    let down = DownOnDrop(dir.path().to_path_buf());
     let up = |extra: &[&str]| {
         run(Command::new(drove_bin())
             .args([

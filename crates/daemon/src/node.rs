@@ -259,15 +259,22 @@ fn admin_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>
     let Some(dir) = cfg.tls_dir.as_deref().filter(|_| cfg.peer_tls) else {
         return Ok(None);
     };
-    drove_tls::node_server_config(dir, drove_tls::ClientAuth::Optional)
-        .map(Some)
-        .map_err(|e| {
-            Error::invalid(format!(
-                "Bad TLS directory {}: {}",
-                dir.display(),
-                chain(&e)
-            ))
-        })
+    server_config(dir, drove_tls::ClientAuth::Optional).map(Some)
+}
+
+/// A server configuration from the node's TLS directory `dir`, or an error that
+/// names the directory and why.
+fn server_config(
+    dir: &std::path::Path,
+    auth: drove_tls::ClientAuth,
+) -> Result<Arc<rustls::ServerConfig>> {
+    drove_tls::node_server_config(dir, auth).map_err(|e| {
+        Error::invalid(format!(
+            "Bad TLS directory {}: {}",
+            dir.display(),
+            chain(&e)
+        ))
+    })
 }
 
 /// The TLS configuration of the NBD TCP port: `None` when TLS is off. Clients must
@@ -278,15 +285,7 @@ fn nbd_tls_config(cfg: &NodeConfig) -> Result<Option<Arc<rustls::ServerConfig>>>
         (None, mode) => Err(Error::invalid(format!(
             "NBD TLS mode {mode:?} needs the node's certificates (--tls-dir)"
         ))),
-        (Some(dir), _) => drove_tls::node_server_config(dir, drove_tls::ClientAuth::Required)
-            .map(Some)
-            .map_err(|e| {
-                Error::invalid(format!(
-                    "Bad TLS directory {}: {}",
-                    dir.display(),
-                    chain(&e)
-                ))
-            }),
+        (Some(dir), _) => server_config(dir, drove_tls::ClientAuth::Required).map(Some),
     }
 }
 

@@ -67,6 +67,32 @@ impl Watch {
     }
 }
 
+/// Rebuild `verifier` with `build` when the CA file of `watch` changed and can be
+/// used; whether it was.
+fn refresh<V: ?Sized>(
+    watch: &mut Watch,
+    verifier: &mut Arc<V>,
+    build: &dyn Fn(Arc<RootCertStore>) -> Result<Arc<V>>,
+) -> bool {
+    let Some(roots) = watch.changed() else {
+        return false;
+    };
+    match build(roots) {
+        Ok(v) => {
+            *verifier = v;
+            tracing::info!(ca = %watch.path.display(), "CA certificates reloaded");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                ca = %watch.path.display(),
+                "the CA file changed but cannot be used ({e}); the CA certificates in use stay"
+            );
+            false
+        }
+    }
+}
+
 /// The names of the trusted CAs a server sends with its certificate request,
 /// kept for the life of the process: rustls lends them out by reference. One list
 /// per reload of the CA file, which happens when an operator changes the file.
@@ -121,19 +147,10 @@ impl ReloadingClientVerifier {
     }
 
     fn current(&self) -> (Arc<dyn ClientCertVerifier>, &'static [DistinguishedName]) {
-        let mut s = self.state.lock();
-        if let Some(roots) = s.watch.changed() {
-            match (self.build)(roots) {
-                Ok(v) => {
-                    s.hints = keep(v.root_hint_subjects());
-                    s.verifier = v;
-                    tracing::info!(ca = %s.watch.path.display(), "CA certificates reloaded");
-                }
-                Err(e) => tracing::warn!(
-                    ca = %s.watch.path.display(),
-                    "the CA file changed but cannot be used ({e}); the CA certificates in use stay"
-                ),
-            }
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        if refresh(&mut s.watch, &mut s.verifier, &*self.build) {
+            s.hints = keep(s.verifier.root_hint_subjects());
         }
         (s.verifier.clone(), s.hints)
     }
@@ -222,20 +239,10 @@ impl ReloadingServerVerifier {
     }
 
     fn current(&self) -> Arc<dyn ServerCertVerifier> {
-        let mut s = self.state.lock();
-        if let Some(roots) = s.0.changed() {
-            match (self.build)(roots) {
-                Ok(v) => {
-                    s.1 = v;
-                    tracing::info!(ca = %s.0.path.display(), "CA certificates reloaded");
-                }
-                Err(e) => tracing::warn!(
-                    ca = %s.0.path.display(),
-                    "the CA file changed but cannot be used ({e}); the CA certificates in use stay"
-                ),
-            }
-        }
-        s.1.clone()
+        let mut guard = self.state.lock();
+        let (watch, verifier) = &mut *guard;
+        refresh(watch, verifier, &*self.build);
+        verifier.clone()
     }
 }
 

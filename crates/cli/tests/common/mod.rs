@@ -444,3 +444,16 @@ pub fn reap(pid: u32) {
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
+
+/// Runs `drove down --dir DIR` when dropped: for a cluster a test started with
+/// `drove up` itself.
+pub struct DownOnDrop(pub std::path::PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new(drove_bin())
+            .args(["down", "--dir"])
+            .arg(&self.0)
+            .output();
+    }
+}
