@@ -111,12 +111,7 @@ pub struct PeerCert {
 impl AdminServer {
     /// A server held to `limits`.
     pub fn new(limits: AdminLimits) -> Arc<Self> {
-        Arc::new(AdminServer {
-            limits,
-            budget: Budget::new(limits.budget),
-            tls: None,
-            refusals: parking_lot::Mutex::new(LogEvery::new(Duration::from_secs(1))),
-        })
+        Self::with_tls(limits, None)
     }
 
     /// A server held to `limits` that speaks HTTPS only, with `tls` (`None`: plain
