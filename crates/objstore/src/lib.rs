@@ -126,6 +126,14 @@ pub trait ObjectStore: Send + Sync {
     fn disk_space(&self) -> Option<DiskSpace> {
         None
     }
+
+    /// Whether no call ever waits on a disk (a store in memory): its calls then run
+    /// on the calling task rather than on tokio's blocking pool, which also keeps
+    /// the simulator (crates/sim) on one thread and deterministic. The default is
+    /// false.
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// What one VDI takes in a store.

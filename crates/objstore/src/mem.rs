@@ -69,6 +69,15 @@ impl MemStore {
         self.lock().entry(oid).or_default().corrupt.insert(block);
     }
 
+    /// The blocks [`MemStore::corrupt_block`] made fail and no write has covered
+    /// since, in order.
+    pub fn corrupt_blocks(&self) -> Vec<(ObjectId, u64)> {
+        self.lock()
+            .iter()
+            .flat_map(|(oid, o)| o.corrupt.iter().map(move |b| (*oid, *b)))
+            .collect()
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<ObjectId, Obj>> {
         self.objects.lock()
     }
@@ -100,6 +109,10 @@ fn check_partial(oid: ObjectId, obj: &Obj, offset: u64, len: u64) -> Result<()> 
 }
 
 impl ObjectStore for MemStore {
+    fn never_blocks(&self) -> bool {
+        true
+    }
+
     fn read(&self, oid: ObjectId, offset: u64, len: u32) -> Result<Vec<u8>> {
         check_range(oid, self.object_size, offset, u64::from(len))?;
         let mut out = vec![0u8; len as usize];

@@ -1,7 +1,8 @@
 //! The gateway: the node serving a VDI, and its single writer. It finds an object's
 //! replicas with `placement::locate` on the map it already holds (nothing is asked of
 //! the metadata per I/O) and talks to them: the local store by a direct call, the
-//! others through the [`PeerPool`].
+//! others through the [`Transport`] (the TCP [`crate::PeerPool`] in production, a
+//! simulated network in the simulator).
 //!
 //! - Writes are acknowledged when every replica of the VDI's policy has them (with
 //!   FUA: has fsynced the object). When some fail but at least the VDI's
@@ -35,7 +36,7 @@ use std::time::Duration;
 use crate::local::LocalStore;
 use crate::ranges::RangeLocks;
 use crate::ship::{Lanes, Op};
-use crate::{MapCell, PeerPool};
+use crate::{MapCell, Transport};
 
 #[path = "moved.rs"]
 mod moved;
@@ -48,7 +49,7 @@ pub(crate) use zoned::again;
 pub struct Gateway {
     me: NodeId,
     local: Arc<LocalStore>,
-    pool: Arc<PeerPool>,
+    pool: Arc<dyn Transport>,
     map: Arc<MapCell>,
     locks: RangeLocks,
     metrics: Arc<Metrics>,
@@ -77,7 +78,7 @@ impl Gateway {
     pub fn new(
         me: NodeId,
         local: Arc<LocalStore>,
-        pool: Arc<PeerPool>,
+        pool: Arc<dyn Transport>,
         map: Arc<MapCell>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
@@ -216,7 +217,8 @@ impl Gateway {
     async fn send(&self, node: NodeId, req: PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
         if node == self.me {
             let (resp, payload) =
-                crate::local::apply_and_forward(&self.local, &self.pool, &req, payload).await?;
+                crate::local::apply_and_forward(&self.local, self.pool.as_ref(), &req, payload)
+                    .await?;
             crate::local::into_result(resp, payload)
         } else {
             self.pool.call(node, req, payload).await

@@ -1,5 +1,6 @@
 //! Applying a peer request to this node's object store. The store is synchronous
-//! (pread/pwrite/fsync), so every call runs on tokio's blocking pool.
+//! (pread/pwrite/fsync), so every call runs on tokio's blocking pool, but those of a
+//! store that never blocks (in memory).
 use bytes::Bytes;
 use drove_objstore::ObjectStore;
 use drove_proto::{ObjDigest, PeerReq, PeerResp, MAX_OIDS};
@@ -10,16 +11,20 @@ use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::catalog::CatalogCell;
 use crate::catchup::{CatchUp, Repair};
-use crate::PeerPool;
+use crate::Transport;
 
 /// Writes up to this size without FUA are done on the calling task.
 const INLINE_MAX: usize = 64 << 10;
 
-/// Run `f` against the store on the blocking pool.
+/// Run `f` against the store on the blocking pool (on this task for a store that
+/// [never blocks](ObjectStore::never_blocks)).
 pub async fn blocking<T: Send + 'static>(
     store: &Arc<dyn ObjectStore>,
     f: impl FnOnce(&dyn ObjectStore) -> Result<T> + Send + 'static,
 ) -> Result<T> {
+    if store.never_blocks() {
+        return f(store.as_ref());
+    }
     let store = store.clone();
     tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
@@ -42,14 +47,14 @@ pub struct LocalStore {
 /// The time of the last client operation, as milliseconds since the clock's start
 /// plus one (0: none yet), so that an operation costs one atomic store.
 struct ClientClock {
-    start: std::time::Instant,
+    start: tokio::time::Instant,
     last_ms: std::sync::atomic::AtomicU64,
 }
 
 impl ClientClock {
     fn new() -> Self {
         ClientClock {
-            start: std::time::Instant::now(),
+            start: tokio::time::Instant::now(),
             last_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -437,7 +442,7 @@ pub fn into_result(resp: PeerResp, payload: Bytes) -> Result<(PeerResp, Bytes)> 
 /// silent.
 pub async fn apply_and_forward(
     local: &LocalStore,
-    pool: &PeerPool,
+    pool: &dyn Transport,
     req: &PeerReq,
     payload: Bytes,
 ) -> Result<(PeerResp, Bytes)> {

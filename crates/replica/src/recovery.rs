@@ -14,43 +14,38 @@
 //! The source of a copy is a replica that knows its own copy is current. When none
 //! does (every holder restarted after missing writes), the one with the latest
 //! clean epoch wins, this node included, so holders agree without talking.
+//!
+//! The decisions are pure functions in [`plan`] (what is held where, since when,
+//! which copy wins); the progress record is [`progress`]; this file is the engine
+//! that asks the network and the store and acts on them.
 use bytes::Bytes;
 use drove_placement::locate_vdi;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
-use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result, VdiId, VdiInfo};
+use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result};
 use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::catchup::Repair;
 use crate::local::{blocking, LocalStore};
 use crate::throttle::TokenBucket;
-use crate::PeerPool;
+use crate::Transport;
+
+mod plan;
+mod progress;
+
+pub use plan::View;
+use plan::{as_if_up, backfill_full, pick_source};
+use progress::Pass;
+pub use progress::Progress;
 
 /// How long listing and digest requests wait for a node.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What recovery needs from the metadata: the map, the VDIs and every past map.
-#[derive(Debug, Clone, Default)]
-pub struct View {
-    /// The current map.
-    pub map: Arc<ClusterMap>,
-    /// Live VDIs by id (shared with the [`crate::Catalog`] of the same state).
-    pub vdis: Arc<BTreeMap<VdiId, VdiInfo>>,
-    /// The map of every epoch, oldest first (the epoch history).
-    pub history: Arc<Vec<ClusterMap>>,
-    /// The maintenance flag `noout`: copies this node holds only because some node
-    /// is down are not copied in the background (see [`as_if_up`]).
-    pub noout: bool,
-    /// Background copying stops while this node's disk is this full or fuller
-    /// (percent in use; 0: never). Ceph's backfillfull ratio.
-    pub backfill_full_pct: u8,
-}
 
 /// How a round of [`Recoverer::recover_all`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,136 +65,11 @@ enum Round {
 /// How often recovery held back by a full disk looks again for room.
 const FULL_RECHECK: Duration = Duration::from_secs(5);
 
-/// Whether a disk `used_pct` percent full is too full for background copies under
-/// a backfill-full setting of `limit_pct` (0: no limit).
-fn backfill_full(used_pct: f64, limit_pct: u8) -> bool {
-    limit_pct > 0 && used_pct >= f64::from(limit_pct)
-}
-
-/// `map` with every down node up again: where objects would be if no node were
-/// down. Under `noout`, a pending copy this node holds on `map` but not on this one
-/// is there only because a node is down, and waits (a write to it still recovers
-/// it first). Copies a returning or joining node catches up on are on both.
-fn as_if_up(map: &ClusterMap) -> ClusterMap {
-    let mut m = map.clone();
-    for n in m.nodes.values_mut() {
-        n.state = NodeState::Up;
-    }
-    m
-}
-
-impl View {
-    fn holds(&self, map: &ClusterMap, node: NodeId, oid: ObjectId) -> bool {
-        self.vdis
-            .get(&oid.vdi)
-            .is_some_and(|v| locate_vdi(map, v, oid).contains(&node))
-    }
-
-    /// Every node still in the map that `oid` was placed on at epoch `since` or
-    /// later: the nodes that may have taken writes made at those epochs.
-    fn placed_since(&self, oid: ObjectId, since: Epoch) -> BTreeSet<NodeId> {
-        let Some(v) = self.vdis.get(&oid.vdi) else {
-            return BTreeSet::new();
-        };
-        self.history
-            .iter()
-            .filter(|m| m.epoch >= since)
-            .chain(std::iter::once(&*self.map))
-            .flat_map(|m| locate_vdi(m, v, oid))
-            // A node removed from the map was declared gone: not waited for.
-            .filter(|n| self.map.node(*n).is_some())
-            .collect()
-    }
-
-    /// The maps of epochs after `after` up to the current one.
-    fn maps_after(&self, after: Epoch) -> Vec<&ClusterMap> {
-        self.history.iter().filter(|m| m.epoch > after).collect()
-    }
-
-    /// The map at `epoch` (empty before the first epoch).
-    fn map_at(&self, epoch: Epoch) -> Option<&ClusterMap> {
-        self.history.iter().find(|m| m.epoch == epoch)
-    }
-}
-
-/// Recovery progress of one node, for `drove cluster status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Progress {
-    /// The epoch being recovered to.
-    pub epoch: u64,
-    /// Objects this node had to recover at this epoch.
-    pub total: u64,
-    /// Objects made current so far.
-    pub done: u64,
-    /// Objects whose copy failed (retried).
-    pub failed: u64,
-    /// Bytes copied.
-    pub bytes: u64,
-    /// Seconds since the pass started.
-    pub elapsed_s: f64,
-    /// Bytes copied per second over the pass.
-    pub rate_bytes_s: f64,
-    /// Seconds left at that rate (None when unknown).
-    pub eta_s: Option<f64>,
-    /// The node is fully current at `epoch`.
-    pub clean: bool,
-    /// The configured rate limit, MiB/s (0: none).
-    pub limit_mib_s: u32,
-    /// Objects whose copy waits for `noout` to be cleared: they are here only
-    /// because a node is down.
-    #[serde(default)]
-    pub waiting_noout: u64,
-    /// Objects whose copy waits for room: this node's disk is fuller than the
-    /// cluster's backfill-full setting.
-    #[serde(default)]
-    pub waiting_full: u64,
-    /// Percent of this node's disk in use, when recovery last looked (None: not
-    /// known).
-    #[serde(default)]
-    pub disk_used_pct: Option<f64>,
-}
-
-struct Pass {
-    epoch: Epoch,
-    total: u64,
-    done: u64,
-    failed: u64,
-    bytes: u64,
-    started: Instant,
-    finished: Option<Instant>,
-    clean: bool,
-    /// Pending objects left alone under `noout` in the last round.
-    waiting: u64,
-    /// Pending objects left alone in the last round because the disk is too full.
-    waiting_full: u64,
-    /// Percent of the disk in use at the last look.
-    disk_used_pct: Option<f64>,
-}
-
-impl Pass {
-    /// A pass of `total` objects starting now.
-    fn new(epoch: Epoch, total: u64) -> Pass {
-        Pass {
-            epoch,
-            total,
-            done: 0,
-            failed: 0,
-            bytes: 0,
-            started: Instant::now(),
-            finished: None,
-            clean: false,
-            waiting: 0,
-            waiting_full: 0,
-            disk_used_pct: None,
-        }
-    }
-}
-
 /// The recovery engine of one node.
 pub struct Recoverer {
     me: NodeId,
     pub(crate) local: Arc<LocalStore>,
-    pool: Arc<PeerPool>,
+    pool: Arc<dyn Transport>,
     view_tx: watch::Sender<Arc<View>>,
     /// Who held which object at the last listing (this node included).
     holders: Mutex<HashMap<ObjectId, Vec<NodeId>>>,
@@ -224,7 +94,7 @@ const CLIENT_QUIET: Duration = Duration::from_millis(500);
 
 impl Recoverer {
     /// The engine of node `me`; it also becomes `local`'s on-demand [`Repair`].
-    pub fn new(me: NodeId, local: Arc<LocalStore>, pool: Arc<PeerPool>) -> Arc<Self> {
+    pub fn new(me: NodeId, local: Arc<LocalStore>, pool: Arc<dyn Transport>) -> Arc<Self> {
         let (view_tx, _) = watch::channel(Arc::new(View::default()));
         let r = Arc::new(Recoverer {
             me,
@@ -795,6 +665,23 @@ impl Recoverer {
                 data.len()
             )));
         }
+        if !present {
+            // "Missing" is an answer only from a node the object is placed on now. A
+            // node it moved away from (a holder of an earlier listing) has dropped
+            // its copy and, holding nothing, is not behind on it either: taken as a
+            // source, its "missing" deleted the last good copies (found by the
+            // simulator, `drove sim faults --seed 213`).
+            let view = self.view();
+            let placed = view
+                .vdis
+                .get(&oid.vdi)
+                .is_some_and(|v| locate_vdi(&view.map, v, oid).contains(&src));
+            if !placed {
+                return Err(Error::unavailable(format!(
+                    "Node {src} no longer holds object {oid}: not a source"
+                )));
+            }
+        }
         if limited {
             self.throttle(data.len() as u64).await;
         }
@@ -889,31 +776,6 @@ impl Recoverer {
     }
 }
 
-/// The copy of an object to recover from, and whether its holder must be asked to
-/// send it although it does not know it to be current (`force`): a copy its holder
-/// knows to be current, in the order given; else, nobody's copy being known
-/// current, the one with the highest version (the last writer's, see
-/// [`drove_types::ObjVersion`]), then the latest clean epoch, then the first in
-/// order, `me` counted first. A copy's version is what it took; a node's clean epoch
-/// only says it had caught up at some epoch, not that it held this object then (a
-/// node alone in the map holds nothing and is clean at once), so it only breaks ties.
-fn pick_source(
-    me: NodeId,
-    mine: ObjDigest,
-    others: &[(NodeId, ObjDigest)],
-) -> Option<(NodeId, ObjDigest, bool)> {
-    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
-        return Some((*n, *d, false));
-    }
-    let me = (me, mine);
-    std::iter::once(&me)
-        .chain(others.iter())
-        .filter(|(_, d)| !d.corrupt && d.present)
-        .rev()
-        .max_by_key(|(_, d)| (d.version, d.clean_epoch))
-        .map(|(n, d)| (*n, *d, true))
-}
-
 impl Repair for Recoverer {
     fn repair(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.recover(oid, false))
@@ -929,155 +791,5 @@ impl Repair for Recoverer {
             }
             self.copy(oid, len, from, true, false).await
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use drove_types::ObjVersion;
-
-    fn d(current: bool, version: (u64, u64), clean: u64, crc: u32) -> ObjDigest {
-        ObjDigest {
-            present: true,
-            current,
-            clean_epoch: Epoch(clean),
-            crc,
-            corrupt: false,
-            version: ObjVersion {
-                generation: version.0,
-                epoch: version.1,
-            },
-        }
-    }
-
-    fn map(epoch: u64, nodes: &[(u64, NodeState)]) -> ClusterMap {
-        let nodes = nodes
-            .iter()
-            .map(|&(id, state)| {
-                let info = drove_types::NodeInfo {
-                    state,
-                    ..drove_types::NodeInfo::new(NodeId(id), format!("z{id}"))
-                };
-                (NodeId(id), info)
-            })
-            .collect();
-        ClusterMap {
-            epoch: Epoch(epoch),
-            nodes,
-        }
-    }
-
-    #[test]
-    fn test_backfill_full_holds_back_at_and_past_the_limit() {
-        assert!(!backfill_full(89.9, 90));
-        assert!(backfill_full(90.0, 90));
-        assert!(backfill_full(99.0, 90));
-        assert!(!backfill_full(99.9, 100), "100 %: only a full disk");
-        assert!(backfill_full(100.0, 100));
-        assert!(!backfill_full(100.0, 0), "0: no limit");
-        let half = drove_objstore::DiskSpace {
-            size: 1000,
-            free: 500,
-        };
-        assert_eq!(half.used_pct(), 50.0);
-        let nothing = drove_objstore::DiskSpace { size: 0, free: 0 };
-        assert_eq!(nothing.used_pct(), 100.0, "an empty disk has no room");
-    }
-
-    #[test]
-    fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
-        use NodeState::{Down, Up};
-        let oid = ObjectId::new(VdiId(7), 0);
-        let vdi = VdiInfo {
-            id: VdiId(7),
-            name: "t".into(),
-            size: 64 << 20,
-            object_size: 4 << 20,
-            copies: 2,
-            mode: drove_types::ReplicationMode::Direct,
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
-        };
-        // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
-        // the third node takes its place. Epoch 3: that holder is removed.
-        let m1 = map(1, &[(1, Up), (2, Up), (3, Up)]);
-        let first = drove_placement::locate(&m1, oid, 2);
-        let third = NodeId(6 - first.iter().map(|n| n.0).sum::<u64>());
-        let mut m2 = m1.clone();
-        m2.epoch = Epoch(2);
-        m2.nodes.get_mut(&first[0]).unwrap().state = Down;
-        let mut m3 = m2.clone();
-        m3.epoch = Epoch(3);
-        m3.nodes.remove(&first[0]);
-        let view = |maps: Vec<ClusterMap>| View {
-            map: Arc::new(maps.last().unwrap().clone()),
-            vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
-            history: Arc::new(maps),
-            noout: false,
-            backfill_full_pct: 90,
-        };
-        let v2 = view(vec![m1.clone(), m2.clone()]);
-        let all: BTreeSet<NodeId> = [1, 2, 3].map(NodeId).into();
-        assert_eq!(v2.placed_since(oid, Epoch(1)), all);
-        // Since epoch 2 the first holder took no writes.
-        let since2: BTreeSet<NodeId> = [first[1], third].into();
-        assert_eq!(v2.placed_since(oid, Epoch(2)), since2);
-        // Removed: not waited for, whatever the epoch.
-        let v3 = view(vec![m1.clone(), m2.clone(), m3]);
-        assert_eq!(v3.placed_since(oid, Epoch(1)), since2);
-
-        // noout: the third node holds the object at epoch 2 only because its first
-        // holder is down, so its copy waits; the other holder's copy does not.
-        let up2 = as_if_up(&m2);
-        assert_eq!(up2.nodes, m1.nodes);
-        assert_eq!(up2.epoch, m2.epoch);
-        assert!(v2.holds(&m2, third, oid) && !v2.holds(&up2, third, oid));
-        assert!(v2.holds(&m2, first[1], oid) && v2.holds(&up2, first[1], oid));
-        // The down node itself, back up, holds it again: its catch-up is not held back.
-        assert!(v2.holds(&up2, first[0], oid));
-    }
-
-    #[test]
-    fn test_the_last_writers_copy_wins_over_a_later_clean_epoch() {
-        let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
-        // The e2e_partition case: node 1 (a cut-off old gateway's node) holds a copy
-        // of generation 1 and is clean at epoch 6, having held nothing then; nodes 2
-        // and 3 took generation 2's writes at epoch 4. Nobody knows its copy current.
-        let stale = d(false, (1, 2), 6, 0xAA);
-        let newer = d(false, (2, 4), 4, 0xCC);
-        let (src, got, force) = pick_source(n1, stale, &[(n2, newer), (n3, newer)]).unwrap();
-        assert_eq!((src, got.crc, force), (n2, 0xCC, true));
-        // Same generation: the later epoch wins.
-        let old_epoch = d(false, (2, 3), 9, 0x11);
-        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)]).unwrap();
-        assert_eq!(src, n1);
-        // Equal versions: the later clean epoch, then the first in order (me first).
-        let (src, ..) = pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))]).unwrap();
-        assert_eq!(src, n2);
-        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)]).unwrap();
-        assert_eq!(src, n1);
-        // A copy known current wins whatever its version, unless it is corrupt;
-        // corrupt and missing copies are never sources.
-        let current = d(true, (1, 1), 1, 7);
-        let (src, _, force) = pick_source(n1, newer, &[(n2, current)]).unwrap();
-        assert_eq!((src, force), (n2, false));
-        let mut bad = current;
-        bad.corrupt = true;
-        let mut gone = newer;
-        gone.present = false;
-        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)]).unwrap();
-        assert_eq!(src, n1);
-        assert!(pick_source(n1, gone, &[(n2, bad)]).is_none());
     }
 }

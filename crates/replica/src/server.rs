@@ -373,6 +373,6 @@ impl PeerServer {
     }
 
     async fn apply(&self, req: &PeerReq, payload: Bytes) -> Result<(PeerResp, Bytes)> {
-        crate::local::apply_and_forward(&self.local, &self.pool, req, payload).await
+        crate::local::apply_and_forward(&self.local, self.pool.as_ref(), req, payload).await
     }
 }

@@ -7,7 +7,8 @@
 //! caller waits `next - now` when that is positive. (The first version computed its
 //! floor as `now - min(burst, now.elapsed())`, and `now.elapsed()` is about zero, so
 //! nothing was ever carried over, contrary to its comment.)
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// A time-based token bucket.
 #[derive(Debug)]
