@@ -233,18 +233,23 @@ impl Meta {
         let nodes = state.map.nodes.values().map(|n| (n.id, n.state));
         let now_ms = crate::meta::unix_now_ms();
         let held = |id: &NodeId| state.held_down.get(id).is_some_and(|&until| until > now_ms);
-        let verdicts = self.health.verdicts(nodes, down_after, Instant::now());
-        for (id, state) in verdicts
+        let verdicts: Vec<(NodeId, NodeState)> = self
+            .health
+            .verdicts(nodes, down_after, Instant::now())
             .into_iter()
             .filter(|(id, s)| *s != NodeState::Up || !held(id))
-        {
+            .collect();
+        if verdicts.is_empty() {
+            return;
+        }
+        for (id, state) in &verdicts {
             tracing::warn!(node = %id, ?state, term, "failure detector changes a node's state");
-            if let Err(e) = self
-                .execute(Command::JudgeNodeState { id, state, term })
-                .await
-            {
-                tracing::warn!(node = %id, "cannot change the node's state: {e}");
-            }
+        }
+        // All of this round's verdicts in one command: one epoch for a datacenter
+        // lost, not one per node.
+        let n = verdicts.len();
+        if let Err(e) = self.execute(Command::JudgeNodes { verdicts, term }).await {
+            tracing::warn!(nodes = n, "cannot change the nodes' states: {e}");
         }
     }
 }

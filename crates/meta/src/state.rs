@@ -33,6 +33,9 @@ pub const MAX_HOLD_DOWN_MS: u64 = 24 * 3600 * 1000;
 /// Largest placement weight of a node.
 pub const MAX_WEIGHT: u32 = 1_000_000;
 
+/// Most verdicts one [`Command::JudgeNodes`] may carry.
+pub const MAX_VERDICTS: usize = 4096;
+
 /// One change of the cluster map, kept forever so recovery can reason about old epochs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochRecord {
@@ -272,6 +275,18 @@ pub enum Command {
         /// Its new state.
         state: NodeState,
         /// The term of the leadership the verdict was judged in.
+        term: u64,
+    },
+    /// The failure detector's verdicts on several nodes at once, judged as
+    /// [`Command::JudgeNodeState`] is (and refused the same way when committed in
+    /// another term), making **one** epoch: a datacenter lost makes one epoch, not
+    /// one per node (each epoch makes every node work out its recovery again and
+    /// list every other node's objects). Refused whole when it names a node twice,
+    /// a node not in the cluster, or more than [`MAX_VERDICTS`].
+    JudgeNodes {
+        /// Each node and its new state.
+        verdicts: Vec<(NodeId, NodeState)>,
+        /// The term of the leadership the verdicts were judged in.
         term: u64,
     },
     /// Create a VDI; replies [`Reply::Vdi`].
@@ -549,6 +564,7 @@ impl Command {
             Command::SetNodeState { .. } => "SetNodeState",
             Command::RemoveNode { .. } => "RemoveNode",
             Command::JudgeNodeState { .. } => "JudgeNodeState",
+            Command::JudgeNodes { .. } => "JudgeNodes",
             Command::CreateVdi { .. } => "CreateVdi",
             Command::DeleteVdi { .. } => "DeleteVdi",
             Command::ResizeVdi { .. } => "ResizeVdi",
@@ -669,6 +685,7 @@ impl MetaState {
                 self.set_node_state(*id, *state, "by the failure detector", now)?;
                 Ok(Reply::Done)
             }
+            Command::JudgeNodes { verdicts, .. } => self.judge_nodes(verdicts, now),
             Command::RemoveNode { id } => {
                 let Some(node) = self.map.nodes.get(id) else {
                     return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
@@ -1184,6 +1201,54 @@ impl MetaState {
             self.held_down.remove(&id);
         }
         Ok(())
+    }
+
+    /// Apply the failure detector's verdicts on several nodes in one epoch (none
+    /// when no state changes); nothing when one of them is refused.
+    fn judge_nodes(&mut self, verdicts: &[(NodeId, NodeState)], now: u64) -> ApplyResult {
+        if verdicts.is_empty() || verdicts.len() > MAX_VERDICTS {
+            return Err(invalid(format!(
+                "A batch of node verdicts holds {} verdicts: give 1 to {MAX_VERDICTS}",
+                verdicts.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (id, _) in verdicts {
+            if !seen.insert(*id) {
+                return Err(invalid(format!("Node {id} is judged twice in one batch")));
+            }
+            if !self.map.nodes.contains_key(id) {
+                return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+            }
+        }
+        let mut changed = Vec::new();
+        for &(id, state) in verdicts {
+            let Some(node) = self.map.nodes.get_mut(&id) else {
+                continue;
+            };
+            if node.state != state {
+                changed.push(format!("node {id} {:?} -> {:?}", node.state, state));
+                node.state = state;
+            }
+            if state == NodeState::Up {
+                self.held_down.remove(&id);
+            }
+        }
+        if !changed.is_empty() {
+            let n = changed.len();
+            let mut change: String = changed
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if n > 8 {
+                change.push_str(&format!(" and {} more", n - 8));
+            }
+            change.push_str(" (by the failure detector)");
+            self.bump_epoch(now, change);
+        }
+        Ok(Reply::Done)
     }
 
     fn bump_epoch(&mut self, now: u64, change: String) {

@@ -78,15 +78,22 @@ impl StateMachine {
         if let Some((_, res)) = self.recent.iter().find(|(r, _)| *r == id) {
             return res.clone();
         }
-        if let crate::state::Command::JudgeNodeState {
-            id, term: judged, ..
-        } = cmd
-        {
-            if *judged != term {
+        let judged = match cmd {
+            crate::state::Command::JudgeNodeState {
+                id, term: judged, ..
+            } => Some((format!("on node {id}"), *judged)),
+            crate::state::Command::JudgeNodes {
+                verdicts,
+                term: judged,
+            } => Some((format!("on {} nodes", verdicts.len()), *judged)),
+            _ => None,
+        };
+        if let Some((what, judged)) = judged {
+            if judged != term {
                 return Err((
                     drove_types::ErrorKind::Invalid,
                     format!(
-                        "The verdict on node {id} was judged by the leader of term \
+                        "The verdict {what} was judged by the leader of term \
                          {judged}; the leader is now of term {term}"
                     ),
                 ));

@@ -731,3 +731,56 @@ fn test_rename_moves_the_record_and_keeps_id_and_lineage() {
     assert_eq!(s.vdis.len(), 2);
     assert_eq!(s.vdis["w"].id, id);
 }
+
+#[test]
+fn test_verdicts_on_many_nodes_make_one_epoch_and_a_bad_one_changes_nothing() {
+    let mut s = with_nodes(6);
+    let e0 = s.map.epoch;
+    let down = |ids: &[u64]| Command::JudgeNodes {
+        verdicts: ids.iter().map(|&i| (NodeId(i), NodeState::Down)).collect(),
+        term: 1,
+    };
+    // A datacenter of three nodes lost: one epoch, not three.
+    s.apply(&down(&[4, 5, 6]), 200).unwrap();
+    assert_eq!(s.map.epoch, Epoch(e0.0 + 1));
+    for i in 4..=6 {
+        assert_eq!(s.map.nodes[&NodeId(i)].state, NodeState::Down);
+    }
+    let last = s.epoch_history.last().unwrap();
+    assert!(last.change.contains("node 4 Up -> Down"), "{}", last.change);
+    assert!(last.change.contains("node 6 Up -> Down"), "{}", last.change);
+    assert_eq!(last.map.epoch, s.map.epoch);
+    // Nothing changes: no epoch.
+    s.apply(&down(&[4, 5]), 201).unwrap();
+    assert_eq!(s.map.epoch, Epoch(e0.0 + 1));
+    // Refused whole: a node twice, a node not in the cluster, an empty batch, too many.
+    let before = s.clone();
+    let twice = Command::JudgeNodes {
+        verdicts: vec![(NodeId(1), NodeState::Down), (NodeId(1), NodeState::Up)],
+        term: 1,
+    };
+    assert_eq!(err_of(s.apply(&twice, 202)).0, ErrorKind::Invalid);
+    let unknown = Command::JudgeNodes {
+        verdicts: vec![(NodeId(2), NodeState::Down), (NodeId(99), NodeState::Down)],
+        term: 1,
+    };
+    assert_eq!(err_of(s.apply(&unknown, 202)).0, ErrorKind::NotFound);
+    assert_eq!(err_of(s.apply(&down(&[]), 202)).0, ErrorKind::Invalid);
+    let many = Command::JudgeNodes {
+        verdicts: (0..=MAX_VERDICTS as u64)
+            .map(|i| (NodeId(i), NodeState::Down))
+            .collect(),
+        term: 1,
+    };
+    assert_eq!(err_of(s.apply(&many, 202)).0, ErrorKind::Invalid);
+    assert_eq!(s, before, "a refused batch changed the state");
+    // Coming back up in one batch clears holds, in one epoch.
+    s.held_down.insert(NodeId(5), u64::MAX);
+    let up = Command::JudgeNodes {
+        verdicts: (4..=6).map(|i| (NodeId(i), NodeState::Up)).collect(),
+        term: 1,
+    };
+    s.apply(&up, 203).unwrap();
+    assert_eq!(s.map.epoch, Epoch(e0.0 + 2));
+    assert!(s.held_down.is_empty());
+}
