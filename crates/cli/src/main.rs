@@ -24,6 +24,7 @@ mod node_config;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
+mod sim_cmd;
 mod stream;
 mod sync_cmd;
 mod table;
@@ -86,6 +87,10 @@ enum Cmd {
     /// centralized baseline over an emulated WAN.
     #[command(subcommand)]
     Bench(bench_cmd::BenchCmd),
+    /// The deterministic simulator: drove's own code on a simulated cluster, for
+    /// seeded fault runs (`sim faults`) and the paper at its scale (`sim paper`).
+    #[command(subcommand)]
+    Sim(sim_cmd::SimCmd),
     /// Make a cluster CA, node certificates and client certificates (TLS).
     #[command(subcommand)]
     Cert(cert_cmd::CertCmd),
@@ -178,6 +183,7 @@ fn main() {
             Cmd::Cluster(c) => cluster_cmd::run(c, &ctx).await,
             Cmd::Vdi(c) => vdi_cmd::run(c, &ctx).await,
             Cmd::Bench(c) => bench_cmd::run(c, &ctx).await,
+            Cmd::Sim(c) => sim_cmd::run(c, &ctx).await,
             Cmd::Cert(c) => cert_cmd::run(c, &ctx).await,
             Cmd::Token(c) => token_cmd::run(c, &ctx).await,
             Cmd::Generate(c) => gen_cmd::run(c),

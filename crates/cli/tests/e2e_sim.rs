@@ -1,0 +1,107 @@
+//! `drove sim` through the real binary: a seed prints the same report twice, byte
+//! for byte; bad arguments get a clear error and no panic; the paper and the
+//! datacenter-loss runs give their tables and JSON.
+mod common;
+use common::drove_bin;
+use std::process::{Command, Output};
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(drove_bin())
+        .arg("sim")
+        .args(args)
+        .output()
+        .expect("run drove sim")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn test_a_fault_seed_prints_the_same_report_twice() {
+    let args = ["faults", "--seed", "11", "--time", "15s"];
+    let a = sim(&args);
+    let b = sim(&args);
+    assert!(a.status.success(), "{}{}", text(&a.stdout), text(&a.stderr));
+    assert_eq!(
+        a.stdout, b.stdout,
+        "the same seed printed different reports"
+    );
+    let out = text(&a.stdout);
+    assert!(out.contains("seed 11: passed"), "{out}");
+    assert!(out.contains("1 seeds from 11"), "{out}");
+    let j = sim(&["faults", "--seed", "11", "--time", "15s", "--json"]);
+    assert!(j.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&j.stdout).expect("JSON");
+    assert_eq!(v["reports"][0]["seed"], 11);
+    assert!(v["reports"][0]["acked"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn test_bad_simulator_arguments_are_refused_with_a_reason() {
+    for (args, says) in [
+        (
+            &["faults", "--nodes", "10", "--zones", "3"][..],
+            "multiple of --zones",
+        ),
+        (&["faults", "--seeds", "0"][..], "at least one seed"),
+        (&["faults", "--time", "soon"][..], "--time"),
+        (&["faults", "--vdis", "0"][..], "--vdis"),
+        (&["paper", "--zones", "0"][..], "at least 3 nodes"),
+        (&["paper", "--policy", "async"][..], "async"),
+        (&["paper", "--ops", "fast-write"][..], "fast-write"),
+        (&["dc-loss", "--zones", "1"][..], "2 zones"),
+    ] {
+        let o = sim(args);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn test_the_simulated_paper_and_datacenter_loss_give_their_figures() {
+    let o = sim(&[
+        "paper",
+        "--zones",
+        "2",
+        "--nodes-per-zone",
+        "2",
+        "--parallel",
+        "2",
+        "--time",
+        "2s",
+        "--ops",
+        "small-write",
+        "--policy",
+        "zone-sync",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let points = v["points"].as_array().unwrap();
+    // X = 1 and 2, with and without the delay.
+    assert_eq!(points.len(), 4, "{v}");
+    assert!(
+        points
+            .iter()
+            .all(|p| p["mean_mbps"].as_f64().unwrap() > 0.0),
+        "{v}"
+    );
+    let o = sim(&[
+        "dc-loss",
+        "--zones",
+        "3",
+        "--nodes-per-zone",
+        "2",
+        "--vdis",
+        "3",
+        "--disk-mib",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("1 epochs"), "{out}");
+    assert!(out.contains("every node left clean after"), "{out}");
+}

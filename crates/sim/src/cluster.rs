@@ -1,0 +1,492 @@
+//! A simulated drove cluster: per node, drove's own [`LocalStore`], [`Gateway`] and
+//! [`Recoverer`] over a [`MemStore`] and the [`SimNet`]; one metadata state for the
+//! cluster, drove's own [`MetaState`] applied command by command.
+//!
+//! The metadata is the real state machine, not openraft: openraft runs its own tasks
+//! and timers and talks over reqwest/HTTP, and putting its network behind the seam
+//! is further work. So a command from a node that reaches the metadata (not crashed,
+//! not in a zone cut off) is applied after one round trip between zones (a commit
+//! by a majority elsewhere), and every node that reaches the metadata sees the new
+//! state at once; a node that does not keeps its old one until it does. The
+//! majority is assumed to stay on the side with more zones: a fault run never cuts
+//! off more than one zone at a time.
+use drove_meta::{Command, MetaState, Reply};
+use drove_metrics::Metrics;
+use drove_objstore::{MemStore, ObjectStore};
+use drove_replica::catchup::CatchUp;
+use drove_replica::{Catalog, Gateway, LocalStore, MapCell, Membership, Recoverer, View};
+use drove_types::{
+    ClusterMap, Error, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode, Result, VdiId,
+    VdiInfo, WritePolicy,
+};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::model::Model;
+use crate::net::{SimNet, SimTransport};
+
+/// The simulated wall clock starts here (seconds since the Unix epoch), so that a
+/// seed gives the same metadata times every run.
+const EPOCH_START_S: u64 = 1_800_000_000;
+
+/// The disks of a simulated cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disks {
+    /// drove's `MemStore`: the data is kept and checked (fault runs).
+    Memory,
+    /// A [`crate::sizestore::SizeStore`]: objects and versions, no bytes (runs that
+    /// measure time at scale).
+    Model,
+}
+
+/// A node's disk, and the same disk as a `MemStore` when it is one.
+type Disk = (Arc<dyn ObjectStore>, Option<Arc<MemStore>>);
+
+/// One running incarnation of a node.
+pub struct SimNode {
+    /// The node.
+    pub id: NodeId,
+    /// Its zone (0-based).
+    pub zone: usize,
+    /// Its disk.
+    pub store: Arc<dyn ObjectStore>,
+    /// The same disk when it is a `MemStore` (to flip its blocks).
+    pub mem: Option<Arc<MemStore>>,
+    /// Its replica side.
+    pub local: Arc<LocalStore>,
+    /// Its gateway, through which its clients (VMs) read and write.
+    pub gateway: Arc<Gateway>,
+    /// Its recovery engine (also `vdi check` and scrub).
+    pub recoverer: Arc<Recoverer>,
+    /// Its way to its peers.
+    pub transport: Arc<SimTransport>,
+    map: Arc<MapCell>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl SimNode {
+    /// The map this node holds.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.get()
+    }
+}
+
+/// The cluster.
+pub struct SimCluster {
+    /// The network.
+    pub net: Arc<SimNet>,
+    object_size: u32,
+    disks: Disks,
+    meta: Mutex<MetaState>,
+    nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
+    /// Stores of crashed nodes, as they were at the crash.
+    crashed: Mutex<BTreeMap<NodeId, Disk>>,
+    start: Instant,
+    /// The epoch history's maps, rebuilt when it grows.
+    history: Mutex<Arc<Vec<ClusterMap>>>,
+    this: Weak<SimCluster>,
+}
+
+impl SimCluster {
+    /// A cluster of the model's nodes, all up, with objects of `object_size` bytes
+    /// on `disks`. Must run on the simulator's runtime.
+    pub fn new(model: Model, object_size: u32, disks: Disks) -> Arc<SimCluster> {
+        let net = SimNet::new(model.clone());
+        let c = Arc::new_cyclic(|this| SimCluster {
+            net,
+            object_size,
+            disks,
+            meta: Mutex::new(MetaState::default()),
+            nodes: Mutex::new(BTreeMap::new()),
+            crashed: Mutex::new(BTreeMap::new()),
+            start: Instant::now(),
+            history: Mutex::new(Arc::default()),
+            this: this.clone(),
+        });
+        let n = model.nodes() as u64;
+        for id in 1..=n {
+            if id > 1 {
+                c.apply(&Command::AllocateNodeId)
+                    .expect("a fresh state hands out node ids");
+            }
+            let zone = model.zone_of(id);
+            // Addresses the metadata checks; nothing connects to them.
+            let info = NodeInfo {
+                weight: 100,
+                admin_addr: format!("127.0.0.1:{}", 20_000 + id),
+                peer_addr: format!("127.0.0.1:{}", 30_000 + id),
+                nbd_addr: format!("127.0.0.1:{}", 40_000 + id),
+                nbd_socket: format!("/run/drove/sim-{id}.sock"),
+                ..NodeInfo::new(NodeId(id), Model::zone_name(zone))
+            };
+            c.apply(&Command::UpsertNode(info))
+                .expect("a fresh state takes its nodes");
+        }
+        for id in 1..=n {
+            let (store, mem) = c.new_disk();
+            c.start_node(NodeId(id), store, mem);
+        }
+        c.publish();
+        c
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        self.net.model()
+    }
+
+    /// Simulated milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        EPOCH_START_S * 1000 + u64::try_from(self.start.elapsed().as_millis()).unwrap_or(0)
+    }
+
+    /// Simulated time since the cluster started.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The running incarnation of node `id`.
+    pub fn node(&self, id: NodeId) -> Option<Arc<SimNode>> {
+        self.nodes.lock().get(&id).cloned()
+    }
+
+    /// Every node id.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.nodes.lock().keys().copied().collect()
+    }
+
+    /// A copy of the metadata state.
+    pub fn state(&self) -> MetaState {
+        self.meta.lock().clone()
+    }
+
+    /// The VDI named `name`.
+    pub fn vdi(&self, name: &str) -> Option<VdiInfo> {
+        self.meta.lock().vdis.get(name).cloned()
+    }
+
+    fn new_disk(&self) -> Disk {
+        let size = u64::from(self.object_size);
+        match self.disks {
+            Disks::Memory => {
+                let m = Arc::new(MemStore::new(size));
+                (m.clone(), Some(m))
+            }
+            Disks::Model => (Arc::new(crate::sizestore::SizeStore::new(size)), None),
+        }
+    }
+
+    fn start_node(&self, id: NodeId, store: Arc<dyn ObjectStore>, mem: Option<Arc<MemStore>>) {
+        let zone = self.model().zone_of(id.0);
+        let local = LocalStore::with_catchup(store.clone(), CatchUp::open(None));
+        let transport = self.net.attach(id, zone, local.clone());
+        let map = Arc::new(MapCell::new(self.meta.lock().map.clone()));
+        let gateway = Gateway::new(
+            id,
+            local.clone(),
+            transport.clone(),
+            map.clone(),
+            Metrics::new(),
+        );
+        gateway.set_membership(Arc::new(SimMembership {
+            cluster: self.this.clone(),
+            me: id,
+        }));
+        let recoverer = Recoverer::new(id, local.clone(), transport.clone());
+        let tasks = vec![tokio::spawn(recoverer.clone().run())];
+        let node = Arc::new(SimNode {
+            id,
+            zone,
+            store,
+            mem,
+            local,
+            gateway,
+            recoverer,
+            transport,
+            map,
+            tasks,
+        });
+        self.nodes.lock().insert(id, node);
+    }
+
+    /// Crash node `id` (kill -9 of its process, or its host lost): it answers
+    /// nothing more; its disk keeps what it held.
+    pub fn crash(&self, id: NodeId) {
+        self.net.crash(id);
+        let Some(node) = self.nodes.lock().get(&id).cloned() else {
+            return;
+        };
+        for t in &node.tasks {
+            t.abort();
+        }
+        // The disk as it is at the crash: work the dead incarnation still has
+        // under way (it never runs again, but a request may be half applied) does
+        // not reach the restarted one.
+        let (store, mem) = self.new_disk();
+        copy_store(node.store.as_ref(), store.as_ref(), self.object_size);
+        if let (Some(from), Some(to)) = (&node.mem, &mem) {
+            for (oid, block) in from.corrupt_blocks() {
+                to.corrupt_block(oid, block);
+            }
+        }
+        self.crashed.lock().insert(id, (store, mem));
+    }
+
+    /// Start node `id` again after a crash, on the disk it had then.
+    pub fn restart(&self, id: NodeId) {
+        let Some((store, mem)) = self.crashed.lock().remove(&id) else {
+            return;
+        };
+        self.start_node(id, store, mem);
+        self.publish();
+    }
+
+    /// Whether node `id` reaches the metadata's majority.
+    pub fn reaches_meta(&self, id: NodeId) -> bool {
+        let zone = self.model().zone_of(id.0);
+        self.net.is_up(id) && !self.net.is_cut(zone)
+    }
+
+    /// Apply `cmd` to the metadata now, as its leader would, and show every node
+    /// that reaches the metadata the new state.
+    pub fn apply(&self, cmd: &Command) -> Result<Reply> {
+        let now_s = self.now_ms() / 1000;
+        let res = self.meta.lock().apply(cmd, now_s);
+        let reply = res.map_err(|(kind, msg)| Error::new(kind, msg))?;
+        self.publish();
+        Ok(reply)
+    }
+
+    /// `cmd` sent by node `from`: it takes a commit round trip, and fails after the
+    /// model's give-up time when `from` does not reach the metadata.
+    pub async fn command_from(&self, from: NodeId, cmd: Command) -> Result<Reply> {
+        let model = self.model().clone();
+        if !self.reaches_meta(from) {
+            tokio::time::sleep(model.give_up).await;
+            return Err(Error::unavailable(format!(
+                "Node {from} does not reach the metadata"
+            )));
+        }
+        tokio::time::sleep(model.zone_delay * 2).await;
+        if !self.reaches_meta(from) {
+            tokio::time::sleep(model.give_up).await;
+            return Err(Error::unavailable(format!(
+                "Node {from} lost the metadata before the answer"
+            )));
+        }
+        self.apply(&cmd)
+    }
+
+    /// Show the current metadata to every node that reaches it: its map, the
+    /// catalog its replica side judges requests by, and recovery's view.
+    pub fn publish(&self) {
+        let st = self.meta.lock().clone();
+        let map = Arc::new(st.map.clone());
+        let vdis: Arc<BTreeMap<VdiId, VdiInfo>> =
+            Arc::new(st.vdis.values().map(|v| (v.id, v.clone())).collect());
+        let mut generations = st.lock_generations.clone();
+        for v in st.vdis.values().filter(|v| v.snapshot) {
+            generations.insert(v.id, u64::MAX);
+        }
+        let catalog = Catalog {
+            map: map.clone(),
+            vdis: vdis.clone(),
+            next_vdi_id: st.next_vdi_id,
+            generations,
+        };
+        let history = {
+            let mut h = self.history.lock();
+            if h.len() != st.epoch_history.len() {
+                *h = Arc::new(st.epoch_history.iter().map(|r| r.map.clone()).collect());
+            }
+            h.clone()
+        };
+        let view = View {
+            map: map.clone(),
+            vdis,
+            history,
+            noout: st.settings.noout,
+            backfill_full_pct: st.settings.backfill_full_pct,
+        };
+        let nodes: Vec<Arc<SimNode>> = self.nodes.lock().values().cloned().collect();
+        for n in nodes {
+            if !self.reaches_meta(n.id) || !n.transport.alive() {
+                continue;
+            }
+            n.map.set(map.clone());
+            n.local.catalog().publish(catalog.clone());
+            n.recoverer.update(view.clone(), st.settings.recovery_mib_s);
+        }
+    }
+
+    /// The failure detector's round: a node unreachable (crashed, or cut off with
+    /// its zone) for the model's `down_after` is marked down; a node marked down
+    /// that runs and reaches the metadata again is marked up. `unreachable_since`
+    /// carries the detector's memory between rounds.
+    pub fn detect(&self, unreachable_since: &mut BTreeMap<NodeId, Instant>) {
+        let now = Instant::now();
+        let down_after = self.model().down_after;
+        let map = self.meta.lock().map.clone();
+        let mut verdicts = Vec::new();
+        for n in map.nodes.values() {
+            let reachable = self.reaches_meta(n.id);
+            if reachable {
+                unreachable_since.remove(&n.id);
+                if n.state == NodeState::Down {
+                    verdicts.push((n.id, NodeState::Up));
+                }
+                continue;
+            }
+            let since = *unreachable_since.entry(n.id).or_insert(now);
+            if n.state == NodeState::Up && now.duration_since(since) >= down_after {
+                verdicts.push((n.id, NodeState::Down));
+            }
+        }
+        if verdicts.is_empty() {
+            return;
+        }
+        if self.model().batch_verdicts {
+            let _ = self.apply(&Command::JudgeNodes { verdicts, term: 0 });
+        } else {
+            for (id, state) in verdicts {
+                let _ = self.apply(&Command::JudgeNodeState { id, state, term: 0 });
+            }
+        }
+    }
+
+    /// Create a VDI of `size` bytes.
+    pub fn create_vdi(
+        &self,
+        name: &str,
+        size: u64,
+        home_zone: Option<usize>,
+        policy: WritePolicy,
+    ) -> Result<VdiInfo> {
+        let copies = self.model().copies;
+        let reply = self.apply(&Command::CreateVdi {
+            name: name.to_string(),
+            size,
+            copies: Some(copies),
+            mode: ReplicationMode::Direct,
+            object_size: self.object_size,
+            now: self.now_ms() / 1000,
+            home_zone: home_zone.map(Model::zone_name),
+            home_copies: None,
+            policy,
+            max_lag_ms: None,
+            max_lag_bytes: None,
+        })?;
+        match reply {
+            Reply::Vdi(v) => Ok(v),
+            other => Err(Error::invalid(format!("CreateVdi answered {other:?}"))),
+        }
+    }
+
+    /// Node `node` takes VDI `name`'s write lock for `lease`; the lock's generation.
+    pub async fn acquire(&self, name: &str, node: NodeId, lease: Duration) -> Result<u64> {
+        let incarnation = self
+            .node(node)
+            .map(|n| n.transport.incarnation())
+            .unwrap_or(0);
+        let cmd = Command::AcquireLock {
+            vdi: name.to_string(),
+            node,
+            now_ms: self.now_ms(),
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            incarnation,
+        };
+        match self.command_from(node, cmd).await? {
+            Reply::Lock(l) => Ok(l.generation),
+            other => Err(Error::invalid(format!("AcquireLock answered {other:?}"))),
+        }
+    }
+
+    /// Make VDI `name`'s replicas identical from node `via` (what a new writer does
+    /// when an earlier one stopped without settling), then record it settled.
+    pub async fn settle(&self, name: &str, via: NodeId, generation: u64) -> Result<()> {
+        let vdi = self
+            .vdi(name)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("No VDI {name}")))?;
+        let node = self
+            .node(via)
+            .ok_or_else(|| Error::unavailable(format!("No node {via}")))?;
+        node.recoverer.check(&vdi, true).await?;
+        self.command_from(
+            via,
+            Command::MarkSettled {
+                vdi: vdi.id,
+                node: via,
+                generation,
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The epochs the metadata went through.
+    pub fn epoch(&self) -> u64 {
+        self.meta.lock().map.epoch.0
+    }
+}
+
+/// A gateway's way to mark failed replicas down: a command through the metadata.
+struct SimMembership {
+    cluster: Weak<SimCluster>,
+    me: NodeId,
+}
+
+impl Membership for SimMembership {
+    fn mark_down(
+        &self,
+        nodes: Vec<NodeId>,
+        why: String,
+        _silent: bool,
+    ) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let c = self
+                .cluster
+                .upgrade()
+                .ok_or_else(|| Error::unavailable("The simulation ended"))?;
+            let reason: String = why.chars().take(512).collect();
+            for id in nodes {
+                c.command_from(
+                    self.me,
+                    Command::SetNodeState {
+                        id,
+                        state: NodeState::Down,
+                        reason: reason.clone(),
+                        hold_ms: 0,
+                    },
+                )
+                .await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Copy every object of `from` (bytes and version) into `to`. Blocks that fail
+/// their checksum are left out (the caller marks them failing again).
+fn copy_store(from: &dyn ObjectStore, to: &dyn ObjectStore, object_size: u32) {
+    for oid in from.list().unwrap_or_default() {
+        let version = from.version(oid).unwrap_or_default();
+        match from.read(oid, 0, object_size) {
+            Ok(d) => {
+                let _ = to.create(oid, &d, version);
+            }
+            Err(_) => {
+                for b in 0..u64::from(object_size) / 4096 {
+                    if let Ok(d) = from.read(oid, b * 4096, 4096) {
+                        let _ = to.write(oid, b * 4096, &d);
+                    }
+                }
+                let _ = to.set_version(oid, version);
+            }
+        }
+    }
+}

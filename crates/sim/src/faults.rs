@@ -1,0 +1,830 @@
+//! `drove sim faults`: seeded runs of a small cluster under faults, and the
+//! invariants checked after each.
+//!
+//! A run: clients (VMs) write and read 4 KiB blocks of their VDIs (sync and
+//! zone-sync) through their node's gateway, each block written with its VDI, index
+//! and a sequence number, while faults come one after the other: a node crashes
+//! and restarts, a zone is cut off and healed, a whole zone is lost and comes back,
+//! a block of a replica is flipped on its disk. Then everything heals, the
+//! zone-sync lanes drain, recovery finishes, every node scrubs, and the run checks:
+//! - no acknowledged write is lost: every block holds its last acknowledged write
+//!   or a later one (sync: always; zone-sync: an acknowledgement is exempt only when
+//!   a fault was under way in its home zone at some time within the VDI's lag bound
+//!   after it, when the write could still be unshipped);
+//! - no read, during the run or after, returns data that was never written;
+//! - a sync read never returns a block older than its last acknowledged write;
+//! - every object has `copies` identical replicas (`vdi check`);
+//! - every acknowledged write was made under the VDI's current lock generation
+//!   held by the writer's node (one writer per VDI at a time).
+//!
+//! Everything a run does follows from its seed and the simulated clock: the same
+//! seed prints the same report, byte for byte.
+use bytes::Bytes;
+use drove_types::{NodeId, ObjectId, VdiInfo, WritePolicy};
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use crate::cluster::{Disks, SimCluster};
+use crate::model::Model;
+use crate::rng::Rng;
+
+/// What a fault run is made of.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultOpts {
+    /// Zones.
+    pub zones: usize,
+    /// Nodes per zone.
+    pub nodes_per_zone: usize,
+    /// VDIs (one client each), half sync and half zone-sync.
+    pub vdis: usize,
+    /// Simulated seconds the clients run.
+    pub secs: u64,
+    /// Before the checks, delete one acknowledged block's object from every
+    /// replica: a run that must fail (the test that the checks can).
+    #[serde(skip)]
+    pub sabotage: bool,
+    /// The kinds of fault injected.
+    pub kinds: Vec<FaultKind>,
+}
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// A node crashes and restarts on its disk.
+    Crash,
+    /// A zone is cut off from the others, then healed.
+    Cut,
+    /// Every node of a zone crashes, then restarts.
+    Lose,
+    /// A block of a replica flips on its disk.
+    Flip,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Crash,
+        FaultKind::Cut,
+        FaultKind::Lose,
+        FaultKind::Flip,
+    ];
+
+    /// The kind named `s` (crash, cut, lose, flip).
+    pub fn parse(s: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::Cut => "cut",
+            FaultKind::Lose => "lose",
+            FaultKind::Flip => "flip",
+        }
+    }
+}
+
+impl Default for FaultOpts {
+    fn default() -> Self {
+        FaultOpts {
+            zones: 3,
+            nodes_per_zone: 3,
+            vdis: 4,
+            secs: 40,
+            sabotage: false,
+            kinds: FaultKind::ALL.to_vec(),
+        }
+    }
+}
+
+const BLOCK: usize = 4096;
+/// Objects of the fault runs' VDIs: small, so that blocks share objects.
+const OBJECT_SIZE: u32 = 256 << 10;
+/// Blocks each VDI writes (spread over its objects).
+const BLOCKS: u64 = 96;
+const LEASE: Duration = Duration::from_secs(8);
+const RENEW: Duration = Duration::from_secs(2);
+/// A client operation that has not ended by then counts as failed (its outcome is
+/// unknown: the block may or may not hold it).
+const OP_TIMEOUT: Duration = Duration::from_secs(30);
+const MAGIC: u64 = 0x4452_4f56_4553_494d; // "DROVESIM"
+
+/// One run's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// The faults injected, in order, with their simulated times.
+    pub faults: Vec<String>,
+    /// Writes acknowledged.
+    pub acked: u64,
+    /// Writes that failed or did not end (outcome unknown).
+    pub failed: u64,
+    /// Reads whose data was checked.
+    pub reads: u64,
+    /// Epochs the metadata went through.
+    pub epochs: u64,
+    /// Simulated seconds from the start to the end of the checks.
+    pub sim_secs: f64,
+    /// Broken invariants; empty when the run passed.
+    pub violations: Vec<String>,
+}
+
+impl SeedReport {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Run seed `seed`.
+pub fn run_seed(seed: u64, opts: &FaultOpts) -> anyhow::Result<SeedReport> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    Ok(rt.block_on(run(seed, opts.clone())))
+}
+
+/// One write of a block: its number and when it was acknowledged.
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    seq: u64,
+    acked_at: Option<Instant>,
+}
+
+/// What a client did, for the checks.
+#[derive(Default)]
+struct Book {
+    blocks: BTreeMap<u64, Vec<Rec>>,
+    acked: u64,
+    failed: u64,
+    reads: u64,
+    violations: Vec<String>,
+}
+
+struct Client {
+    name: String,
+    node: NodeId,
+    policy: WritePolicy,
+    book: Mutex<Book>,
+}
+
+/// A fault's window on a zone, for the zone-sync exemption.
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    zone: usize,
+    at: Instant,
+    until: Instant,
+}
+
+async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
+    let mut rng = Rng::new(seed);
+    let model = Model {
+        zones: opts.zones,
+        nodes_per_zone: opts.nodes_per_zone,
+        copies: 3u8.min(u8::try_from(opts.zones * opts.nodes_per_zone).unwrap_or(u8::MAX)),
+        ..Model::default()
+    };
+    let cluster = SimCluster::new(model.clone(), OBJECT_SIZE, Disks::Memory);
+    let start = Instant::now();
+    let n = model.nodes() as u64;
+    let mut clients = Vec::new();
+    for i in 0..opts.vdis {
+        let node = NodeId(1 + rng.below(n));
+        let policy = if i % 2 == 0 {
+            WritePolicy::Sync
+        } else {
+            WritePolicy::ZoneSync
+        };
+        let name = format!("vm{i}");
+        let size = BLOCKS * BLOCK as u64 * 4;
+        if let Err(e) = cluster.create_vdi(&name, size, Some(model.zone_of(node.0)), policy) {
+            return failed_setup(seed, format!("cannot create VDI {name}: {e}"));
+        }
+        clients.push(Arc::new(Client {
+            name,
+            node,
+            policy,
+            book: Mutex::new(Book::default()),
+        }));
+    }
+    let end = start + Duration::from_secs(opts.secs);
+    let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
+    let detector = {
+        let c = cluster.clone();
+        tokio::spawn(async move {
+            let mut since = BTreeMap::new();
+            loop {
+                c.detect(&mut since);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let mut handles = Vec::new();
+    for (i, cl) in clients.iter().enumerate() {
+        let (c, cl) = (cluster.clone(), cl.clone());
+        let r = Rng::new(seed ^ (0x5eed_0000 + i as u64));
+        handles.push(tokio::spawn(client(c, cl, r, end)));
+    }
+    let faults = inject(&cluster, &mut rng, (start, end), &hits, &opts.kinds).await;
+    for h in handles {
+        let _ = h.await;
+    }
+    let mut violations = Vec::new();
+    // heal() runs the failure detector itself from here on.
+    detector.abort();
+    heal(&cluster, &mut violations, &clients).await;
+    if opts.sabotage {
+        sabotage(&cluster, &clients);
+    }
+    let hits = hits.lock().clone();
+    let mut acked = 0;
+    let mut failed = 0;
+    let mut reads = 0;
+    for cl in &clients {
+        let (a, f, r) = final_check(&cluster, cl, &hits, &mut violations).await;
+        acked += a;
+        failed += f;
+        reads += r;
+    }
+    SeedReport {
+        seed,
+        faults,
+        acked,
+        failed,
+        reads,
+        epochs: cluster.epoch(),
+        sim_secs: start.elapsed().as_secs_f64(),
+        violations,
+    }
+}
+
+/// Delete the object of one acknowledged block from every node.
+fn sabotage(c: &SimCluster, clients: &[Arc<Client>]) {
+    for cl in clients {
+        let Some(vdi) = c.vdi(&cl.name) else { continue };
+        let block = cl
+            .book
+            .lock()
+            .blocks
+            .iter()
+            .find(|(_, recs)| recs.iter().any(|r| r.acked_at.is_some()))
+            .map(|(b, _)| *b);
+        if let Some(block) = block {
+            let (oid, _) = place(&vdi, block);
+            for id in c.node_ids() {
+                if let Some(n) = c.node(id) {
+                    let _ = drove_objstore::ObjectStore::delete(n.store.as_ref(), oid);
+                }
+            }
+            return;
+        }
+    }
+}
+
+fn failed_setup(seed: u64, why: String) -> SeedReport {
+    SeedReport {
+        seed,
+        faults: vec![],
+        acked: 0,
+        failed: 0,
+        reads: 0,
+        epochs: 0,
+        sim_secs: 0.0,
+        violations: vec![why],
+    }
+}
+
+/// The faults of a run, one after the other, each healed before the next.
+async fn inject(
+    c: &Arc<SimCluster>,
+    rng: &mut Rng,
+    (start, end): (Instant, Instant),
+    hits: &Mutex<Vec<Hit>>,
+    kinds: &[FaultKind],
+) -> Vec<String> {
+    if kinds.is_empty() {
+        return Vec::new();
+    }
+    let model = c.model().clone();
+    let n = model.nodes() as u64;
+    let mut out = Vec::new();
+    let mut t = start + Duration::from_secs(2 + rng.below(4));
+    while t + Duration::from_secs(6) < end {
+        tokio::time::sleep_until(t).await;
+        let at = (t - start).as_millis();
+        let dur = Duration::from_millis(2000 + rng.below(10_000));
+        match kinds[rng.below(kinds.len() as u64) as usize] {
+            FaultKind::Crash => {
+                let id = NodeId(1 + rng.below(n));
+                hits.lock().push(Hit {
+                    zone: model.zone_of(id.0),
+                    at: t,
+                    until: t + dur,
+                });
+                out.push(format!(
+                    "{at} ms: node {id} crashes for {} ms",
+                    dur.as_millis()
+                ));
+                c.crash(id);
+                tokio::time::sleep(dur).await;
+                c.restart(id);
+            }
+            FaultKind::Cut => {
+                let z = rng.below(model.zones as u64) as usize;
+                hits.lock().push(Hit {
+                    zone: z,
+                    at: t,
+                    until: t + dur,
+                });
+                out.push(format!(
+                    "{at} ms: zone {} is cut off for {} ms",
+                    Model::zone_name(z),
+                    dur.as_millis()
+                ));
+                c.net.set_cut(z, true);
+                tokio::time::sleep(dur).await;
+                c.net.set_cut(z, false);
+                c.publish();
+            }
+            FaultKind::Lose => {
+                let z = rng.below(model.zones as u64) as usize;
+                hits.lock().push(Hit {
+                    zone: z,
+                    at: t,
+                    until: t + dur,
+                });
+                out.push(format!(
+                    "{at} ms: zone {} is lost (every node crashes) for {} ms",
+                    Model::zone_name(z),
+                    dur.as_millis()
+                ));
+                let ids: Vec<NodeId> = c
+                    .node_ids()
+                    .into_iter()
+                    .filter(|id| model.zone_of(id.0) == z)
+                    .collect();
+                for &id in &ids {
+                    c.crash(id);
+                }
+                tokio::time::sleep(dur).await;
+                for &id in &ids {
+                    c.restart(id);
+                }
+            }
+            FaultKind::Flip => {
+                let id = NodeId(1 + rng.below(n));
+                let flipped = c.node(id).and_then(|node| {
+                    let mem = node.mem.as_ref()?;
+                    let objs = drove_objstore::ObjectStore::list(mem.as_ref()).ok()?;
+                    if objs.is_empty() {
+                        return None;
+                    }
+                    let oid = objs[rng.below(objs.len() as u64) as usize];
+                    let block = rng.below(u64::from(OBJECT_SIZE) / BLOCK as u64);
+                    mem.corrupt_block(oid, block);
+                    Some((oid, block))
+                });
+                match flipped {
+                    Some((oid, block)) => out.push(format!(
+                        "{at} ms: block {block} of object {oid} on node {id} flips"
+                    )),
+                    None => out.push(format!("{at} ms: node {id} holds no object to flip")),
+                }
+            }
+        }
+        t = Instant::now() + Duration::from_millis(1000 + rng.below(4000));
+    }
+    out
+}
+
+/// Heal everything, and wait until the cluster is whole: every node up in the
+/// map, the zone-sync lanes drained, recovery clean everywhere; then scrub.
+async fn heal(c: &Arc<SimCluster>, violations: &mut Vec<String>, clients: &[Arc<Client>]) {
+    for z in 0..c.model().zones {
+        c.net.set_cut(z, false);
+    }
+    for id in c.node_ids() {
+        if !c.net.is_up(id) {
+            c.restart(id);
+        }
+    }
+    c.publish();
+    let mut since = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        c.detect(&mut since);
+        let st = c.state();
+        let all_up = st
+            .map
+            .nodes
+            .values()
+            .all(|n| n.state == drove_types::NodeState::Up);
+        let clean = c.node_ids().into_iter().all(|id| {
+            c.node(id).is_some_and(|n| {
+                let p = n.recoverer.progress();
+                p.clean && p.epoch == st.map.epoch.0
+            })
+        });
+        if all_up && clean {
+            break;
+        }
+        if Instant::now() >= deadline {
+            violations.push(format!(
+                "the cluster was not whole 120 s after the faults healed (all up: {all_up}, recovery clean: {clean})"
+            ));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for cl in clients {
+        let (Some(node), Some(vdi)) = (c.node(cl.node), c.vdi(&cl.name)) else {
+            continue;
+        };
+        match tokio::time::timeout(Duration::from_secs(60), node.gateway.drain(&vdi)).await {
+            Ok(Ok(())) => {}
+            // A lane of a crashed incarnation is gone with it; what it owed is the
+            // recovery's (and the exemption's) business.
+            Ok(Err(e)) => tracing::debug!(vdi = %cl.name, "drain: {e}"),
+            Err(_) => violations.push(format!("VDI {}: the zone-sync lane did not drain", cl.name)),
+        }
+    }
+    // The VMs stop without a clean release (as from a crash): another node of each
+    // home zone takes the lock once the lease ran out and settles the replicas, as
+    // a VM started elsewhere does.
+    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+    for cl in clients {
+        let zone = c.model().zone_of(cl.node.0);
+        let ids = c.node_ids();
+        let other = ids
+            .iter()
+            .copied()
+            .find(|&id| id != cl.node && c.model().zone_of(id.0) == zone)
+            .or_else(|| ids.iter().copied().find(|&id| id != cl.node))
+            .unwrap_or(cl.node);
+        match c.acquire(&cl.name, other, LEASE).await {
+            Ok(g) => {
+                if !settled_before(c, &cl.name, g) {
+                    if let Err(e) = c.settle(&cl.name, other, g).await {
+                        violations.push(format!(
+                            "VDI {}: node {other} could not settle the replicas: {e}",
+                            cl.name
+                        ));
+                    }
+                }
+            }
+            Err(e) => violations.push(format!(
+                "VDI {}: node {other} cannot take the lock after its writer stopped: {e}",
+                cl.name
+            )),
+        }
+    }
+    for id in c.node_ids() {
+        if let Some(node) = c.node(id) {
+            if let Err(e) = node.recoverer.scrub().await {
+                violations.push(format!("node {id}: scrub failed: {e}"));
+            }
+        }
+    }
+}
+
+/// The 4 KiB a write of `seq` to `block` of VDI `vdi` carries.
+fn block_data(vdi: u32, block: u64, seq: u64) -> Bytes {
+    let mut b = vec![(seq as u8) ^ (block as u8); BLOCK];
+    b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    b[8..12].copy_from_slice(&vdi.to_le_bytes());
+    b[12..20].copy_from_slice(&block.to_le_bytes());
+    b[20..28].copy_from_slice(&seq.to_le_bytes());
+    Bytes::from(b)
+}
+
+/// The write a block's bytes are (0: never written), or why they are no write.
+fn decode(vdi: u32, block: u64, data: &[u8]) -> Result<u64, String> {
+    if data.iter().all(|&b| b == 0) {
+        return Ok(0);
+    }
+    let word = |r: std::ops::Range<usize>| {
+        let mut w = [0u8; 8];
+        w[..r.len()].copy_from_slice(&data[r]);
+        u64::from_le_bytes(w)
+    };
+    let seq = word(20..28);
+    if data.len() != BLOCK
+        || word(0..8) != MAGIC
+        || word(8..12) != u64::from(vdi)
+        || word(12..20) != block
+    {
+        return Err("bytes that no write of this block carried".into());
+    }
+    if block_data(vdi, block, seq).as_ref() != data {
+        return Err(format!("write {seq}'s header over other bytes"));
+    }
+    Ok(seq)
+}
+
+/// Where block `block` of `vdi` lies: its object and the offset in it.
+fn place(vdi: &VdiInfo, block: u64) -> (ObjectId, u64) {
+    // Blocks spread over the VDI, four blocks apart.
+    let off = block * 4 * BLOCK as u64;
+    let os = u64::from(vdi.object_size);
+    (ObjectId::new(vdi.id, (off / os) as u32), off % os)
+}
+
+/// A VM: writes (and some reads) while its node runs and it holds the lock.
+async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant) {
+    let mut generation: Option<u64> = None;
+    let mut lease_until = Instant::now();
+    let mut renewed = Instant::now();
+    let mut incarnation = 0;
+    let mut seq = 0u64;
+    while Instant::now() < end {
+        let Some(node) = c.node(cl.node).filter(|n| n.transport.alive()) else {
+            // Its host is down: so is the VM.
+            generation = None;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        if node.transport.incarnation() != incarnation {
+            incarnation = node.transport.incarnation();
+            generation = None;
+        }
+        let now = Instant::now();
+        if generation.is_none() || now >= renewed + RENEW {
+            match c.acquire(&cl.name, cl.node, LEASE).await {
+                Ok(g) => {
+                    if generation != Some(g) && !settled_before(&c, &cl.name, g) {
+                        if let Err(e) = c.settle(&cl.name, cl.node, g).await {
+                            tracing::debug!(vdi = %cl.name, "settle: {e}");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            continue;
+                        }
+                    }
+                    generation = Some(g);
+                    lease_until = now + LEASE;
+                    renewed = now;
+                }
+                Err(_) => {
+                    if Instant::now() >= lease_until {
+                        generation = None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(g) = generation.filter(|_| Instant::now() < lease_until) else {
+            generation = None;
+            continue;
+        };
+        let Some(vdi) = c.vdi(&cl.name) else {
+            return;
+        };
+        // A VM thinks between its I/Os.
+        tokio::time::sleep(Duration::from_millis(1 + rng.below(10))).await;
+        let block = rng.below(BLOCKS);
+        let (oid, off) = place(&vdi, block);
+        if rng.chance(0.8) {
+            seq += 1;
+            let data = block_data(vdi.id.0, block, seq);
+            let i = {
+                let mut b = cl.book.lock();
+                let recs = b.blocks.entry(block).or_default();
+                recs.push(Rec {
+                    seq,
+                    acked_at: None,
+                });
+                recs.len() - 1
+            };
+            let w = node.gateway.write(&vdi, oid, off, data, false, g);
+            let res = tokio::time::timeout(OP_TIMEOUT, w).await;
+            let ok = matches!(res, Ok(Ok(())));
+            record_write(&c, &cl, (block, i, g), ok, vdi.id);
+            if !ok {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } else {
+            let r = node.gateway.read(&vdi, oid, off, BLOCK as u32);
+            let res = tokio::time::timeout(OP_TIMEOUT, r).await;
+            if !matches!(res, Ok(Ok(_))) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if let Ok(Ok(data)) = res {
+                let mut b = cl.book.lock();
+                b.reads += 1;
+                let recs = b.blocks.get(&block).cloned().unwrap_or_default();
+                match decode(vdi.id.0, block, &data) {
+                    Err(why) => b.violations.push(format!(
+                        "VDI {} block {block}: a read returned {why}",
+                        cl.name
+                    )),
+                    Ok(got) => {
+                        if let Some(why) = judge_read(&recs, got, cl.policy) {
+                            b.violations
+                                .push(format!("VDI {} block {block}: a read {why}", cl.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Book a write's outcome: `(block, index of its record, generation)`; an
+/// acknowledged one is also checked against the lock the metadata holds.
+fn record_write(
+    c: &SimCluster,
+    cl: &Client,
+    at: (u64, usize, u64),
+    ok: bool,
+    vdi: drove_types::VdiId,
+) {
+    let (block, i, g) = at;
+    let mut b = cl.book.lock();
+    if !ok {
+        b.failed += 1;
+        return;
+    }
+    b.acked += 1;
+    if let Some(r) = b.blocks.get_mut(&block).and_then(|v| v.get_mut(i)) {
+        r.acked_at = Some(Instant::now());
+    }
+    let st = c.state();
+    let holder = st.locks.get(&vdi).map(|l| (l.owner, l.generation));
+    if holder != Some((cl.node, g)) {
+        b.violations.push(format!(
+            "VDI {}: a write under generation {g} of node {} was acknowledged while the lock is {holder:?}",
+            cl.name, cl.node
+        ));
+    }
+}
+
+/// Whether every generation before `g` of VDI `name` was settled.
+fn settled_before(c: &SimCluster, name: &str, g: u64) -> bool {
+    let st = c.state();
+    let Some(v) = st.vdis.get(name) else {
+        return true;
+    };
+    st.settled.get(&v.id).copied().unwrap_or(0) + 1 >= g
+}
+
+/// Why a read during the run of write `got` is wrong, if it is: not a write of the
+/// block at all, or (sync) older than the last acknowledged one.
+fn judge_read(recs: &[Rec], got: u64, policy: WritePolicy) -> Option<String> {
+    if got != 0 && !recs.iter().any(|r| r.seq == got) {
+        return Some(format!("returned write {got}, never issued"));
+    }
+    if policy == WritePolicy::Sync {
+        let last = recs
+            .iter()
+            .filter(|r| r.acked_at.is_some())
+            .map(|r| r.seq)
+            .max();
+        if let Some(last) = last {
+            if got < last {
+                return Some(format!(
+                    "returned write {got} after write {last} was acknowledged"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Read every block the client wrote and judge what it holds; (acked, failed,
+/// reads) of the client.
+async fn final_check(
+    c: &Arc<SimCluster>,
+    cl: &Client,
+    hits: &[Hit],
+    violations: &mut Vec<String>,
+) -> (u64, u64, u64) {
+    let (blocks, acked, failed, reads, mut vs) = {
+        let mut b = cl.book.lock();
+        (
+            b.blocks.clone(),
+            b.acked,
+            b.failed,
+            b.reads,
+            std::mem::take(&mut b.violations),
+        )
+    };
+    violations.append(&mut vs);
+    let Some(vdi) = c.vdi(&cl.name) else {
+        violations.push(format!("VDI {} is gone", cl.name));
+        return (acked, failed, reads);
+    };
+    let Some(node) = c.node(cl.node) else {
+        return (acked, failed, reads);
+    };
+    match node.recoverer.check(&vdi, false).await {
+        Ok(r) if r.mismatched.is_empty() && r.degraded == 0 => {}
+        Ok(r) => violations.push(format!(
+            "VDI {}: {} of {} objects have differing replicas, {} fewer than {} copies",
+            cl.name,
+            r.mismatched.len(),
+            r.objects,
+            r.degraded,
+            vdi.copies
+        )),
+        Err(e) => violations.push(format!("VDI {}: check failed: {e}", cl.name)),
+    }
+    let home = vdi.home_zone.clone();
+    let max_lag = Duration::from_millis(u64::from(vdi.max_lag_ms.unwrap_or(5000)));
+    // A zone-sync write may be lost when its home zone was hit while it could still
+    // be unshipped: a fault under way at some time within the lag bound after it
+    // was acknowledged.
+    let exempt = |t: Instant| {
+        cl.policy == WritePolicy::ZoneSync
+            && hits.iter().any(|h| {
+                Some(Model::zone_name(h.zone)) == home && h.at <= t + max_lag && h.until >= t
+            })
+    };
+    for (block, recs) in blocks {
+        let (oid, off) = place(&vdi, block);
+        let data = match node.gateway.read(&vdi, oid, off, BLOCK as u32).await {
+            Ok(d) => d,
+            Err(e) => {
+                violations.push(format!(
+                    "VDI {} block {block}: final read failed: {e}",
+                    cl.name
+                ));
+                continue;
+            }
+        };
+        let got = match decode(vdi.id.0, block, &data) {
+            Ok(g) => g,
+            Err(why) => {
+                violations.push(format!("VDI {} block {block}: holds {why}", cl.name));
+                continue;
+            }
+        };
+        if got != 0 && !recs.iter().any(|r| r.seq == got) {
+            violations.push(format!(
+                "VDI {} block {block}: holds write {got}, never issued",
+                cl.name
+            ));
+        }
+        let must = recs
+            .iter()
+            .filter(|r| r.acked_at.is_some_and(|t| !exempt(t)))
+            .map(|r| r.seq)
+            .max();
+        if let Some(must) = must {
+            if got < must {
+                violations.push(format!(
+                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged",
+                    cl.name, cl.policy
+                ));
+            }
+        }
+    }
+    (acked, failed, reads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_block_decodes_to_its_write_and_other_bytes_do_not() {
+        let d = block_data(3, 17, 42);
+        assert_eq!(decode(3, 17, &d), Ok(42));
+        assert_eq!(decode(3, 17, &[0u8; BLOCK]), Ok(0));
+        assert!(decode(3, 18, &d).is_err(), "another block's write");
+        assert!(decode(4, 17, &d).is_err(), "another VDI's write");
+        let mut torn = d.to_vec();
+        torn[3000] ^= 1;
+        assert!(decode(3, 17, &torn).is_err(), "a flipped byte");
+    }
+
+    #[test]
+    fn test_a_sync_read_older_than_an_acknowledged_write_is_wrong() {
+        let t = Instant::now();
+        let recs = [
+            Rec {
+                seq: 1,
+                acked_at: Some(t),
+            },
+            Rec {
+                seq: 2,
+                acked_at: None,
+            },
+        ];
+        assert_eq!(judge_read(&recs, 1, WritePolicy::Sync), None);
+        assert_eq!(
+            judge_read(&recs, 2, WritePolicy::Sync),
+            None,
+            "a write under way"
+        );
+        assert!(judge_read(&recs, 0, WritePolicy::Sync).is_some());
+        assert_eq!(judge_read(&recs, 0, WritePolicy::ZoneSync), None);
+        assert!(judge_read(&recs, 9, WritePolicy::ZoneSync).is_some());
+    }
+}

@@ -1,0 +1,159 @@
+//! The simulator runs drove's own code: seeded fault runs keep every invariant, a
+//! seed replays byte for byte, the checks do catch a lost write, and the paper's
+//! WAN behaviour shows (zone-sync writes do not wait for the other zones).
+use drove_paperbench::index::{lookup, IndexKind};
+use drove_paperbench::{Op, System};
+use drove_sim::faults::{FaultKind, FaultOpts};
+use drove_sim::paper::PaperOpts;
+use drove_sim::{run_seed, run_seeds, Model};
+
+/// Seeds `make test` runs; `drove sim faults --seeds 10000` runs more.
+const SEEDS: u64 = 300;
+
+/// Crashes and flipped blocks: the faults every seed survives today. Zone cuts and
+/// zone losses still break invariants in some seeds (docs/simulator.md, "Found"):
+/// they join this test when those are fixed.
+fn small() -> FaultOpts {
+    FaultOpts {
+        secs: 20,
+        kinds: vec![FaultKind::Crash, FaultKind::Flip],
+        ..FaultOpts::default()
+    }
+}
+
+#[test]
+fn test_a_few_hundred_seeded_fault_runs_keep_every_invariant() {
+    let reports = run_seeds(1, SEEDS, &small(), 2, &|_| {}).unwrap();
+    assert_eq!(reports.len() as u64, SEEDS);
+    let failed: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
+    for r in &failed {
+        eprintln!("seed {} failed:", r.seed);
+        for f in &r.faults {
+            eprintln!("  fault: {f}");
+        }
+        for v in &r.violations {
+            eprintln!("  broken: {v}");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {SEEDS} seeds failed",
+        failed.len()
+    );
+    let faults: usize = reports.iter().map(|r| r.faults.len()).sum();
+    let acked: u64 = reports.iter().map(|r| r.acked).sum();
+    let reads: u64 = reports.iter().map(|r| r.reads).sum();
+    assert!(faults as u64 >= SEEDS, "about two faults a run: {faults}");
+    assert!(acked > SEEDS * 100, "the clients wrote: {acked}");
+    assert!(reads > SEEDS * 10, "the clients read: {reads}");
+    for kind in ["crashes", "flips"] {
+        assert!(
+            reports
+                .iter()
+                .any(|r| r.faults.iter().any(|f| f.contains(kind))),
+            "no run had a fault that {kind}"
+        );
+    }
+}
+
+#[test]
+fn test_a_seed_replays_byte_for_byte() {
+    let a = serde_json::to_string(&run_seed(42, &small()).unwrap()).unwrap();
+    let b = serde_json::to_string(&run_seed(42, &small()).unwrap()).unwrap();
+    assert_eq!(a, b);
+    let c = serde_json::to_string(&run_seed(43, &small()).unwrap()).unwrap();
+    assert_ne!(a, c, "another seed is another run");
+}
+
+#[test]
+fn test_the_checks_catch_an_acknowledged_write_that_is_gone() {
+    let opts = FaultOpts {
+        sabotage: true,
+        ..small()
+    };
+    let r = run_seed(5, &opts).unwrap();
+    assert!(!r.passed(), "a deleted object went unnoticed: {r:?}");
+    assert!(
+        r.violations.iter().any(|v| v.contains("was acknowledged")),
+        "{:?}",
+        r.violations
+    );
+}
+
+#[test]
+fn test_the_simulated_paper_shows_zone_sync_writes_not_waiting_for_other_zones() {
+    let opts = PaperOpts {
+        model: Model {
+            zones: 3,
+            nodes_per_zone: 2,
+            ..Model::default()
+        },
+        parallel: vec![1, 3],
+        secs: 5,
+        disk_mib: 8,
+        ops: vec![Op::SmallWrite, Op::SmallRead],
+        ..PaperOpts::default()
+    };
+    let a = drove_sim::paper::run(&opts, &|_, _| {}).unwrap();
+    let b = drove_sim::paper::run(&opts, &|_, _| {}).unwrap();
+    assert_eq!(drove_sim::paper::text(&a), drove_sim::paper::text(&b));
+    let lir = |sys, op| {
+        lookup(&a.indexes, IndexKind::Latency, sys, op, 1, 10)
+            .and_then(|r| r.value)
+            .unwrap_or_else(|| panic!("no LIR of {sys:?} {op:?}"))
+    };
+    let sync_w = lir(System::Drove, Op::SmallWrite);
+    let zs_w = lir(System::DroveZoneSync, Op::SmallWrite);
+    // Sync writes wait for a copy 10 ms away; zone-sync ones only for their zone.
+    assert!(sync_w < 0.2, "sync small writes with the delay: {sync_w}");
+    assert!(zs_w > 0.5, "zone-sync small writes with the delay: {zs_w}");
+    // Reads are served in the client's zone under both policies.
+    for sys in [System::Drove, System::DroveZoneSync] {
+        let r = lir(sys, Op::SmallRead);
+        assert!(r > 0.8, "{sys:?} small reads with the delay: {r}");
+    }
+    let p = a
+        .points
+        .iter()
+        .find(|p| p.system == System::Drove && p.op == Op::SmallWrite && p.delay_ms == 10)
+        .unwrap();
+    let xz = p.cross_zone_efficiency().unwrap();
+    // 2 nodes a zone, 3 copies: both nodes of the home zone and one copy in
+    // another zone, which the write crosses to once (plus the frames' headers).
+    assert!(
+        (0.95..1.2).contains(&xz),
+        "cross-zone bytes per byte written: {xz}"
+    );
+}
+
+#[test]
+fn test_a_datacenter_lost_is_one_epoch_and_its_copies_are_made_again() {
+    let run = |batch| {
+        let opts = drove_sim::dcloss::DcLossOpts {
+            model: Model {
+                zones: 3,
+                nodes_per_zone: 3,
+                batch_verdicts: batch,
+                ..Model::default()
+            },
+            vdis: 6,
+            disk_mib: 8,
+        };
+        drove_sim::dcloss::run(&opts).unwrap()
+    };
+    let batched = run(true);
+    let per_node = run(false);
+    for r in [&batched, &per_node] {
+        assert!(r.finished, "{r:?}");
+        assert!(
+            r.marked_down_s >= 3.0,
+            "marked down before down_after: {r:?}"
+        );
+        assert!(r.bytes > 0, "copies were made: {r:?}");
+    }
+    assert_eq!(batched.epochs, 1, "{batched:?}");
+    assert_eq!(per_node.epochs, 3, "{per_node:?}");
+    // The simulator applies one round's commands at one instant, so recovery sees
+    // only the last of the per-node epochs here: their extra listings do not show.
+    assert!(batched.lists <= per_node.lists, "{batched:?} {per_node:?}");
+}
