@@ -70,16 +70,12 @@ async fn test_retried_request_is_applied_once() {
     assert_eq!(applied.map(|l| l.index), Some(3));
 }
 
-#[tokio::test]
-async fn test_a_verdict_committed_in_another_term_is_refused() {
+/// A verdict on node 1 made by `judge(term)`, judged in term 1 but committed in
+/// term 2, is refused; the same judged and committed in term 1 is applied.
+async fn check_a_verdict_committed_in_another_term_is_refused(judge: impl Fn(u64) -> Command) {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(&dir.path().join("raft.redb")).unwrap();
     let (mut sm, rx) = StateMachine::open(db).unwrap();
-    let judge = |term| Command::JudgeNodeState {
-        id: NodeId(1),
-        state: NodeState::Down,
-        term,
-    };
     let mut late = entry(3, rid(3), judge(1));
     late.log_id = LogId::new(CommittedLeaderId::new(2, 1), 3);
     let out = sm
@@ -104,31 +100,22 @@ async fn test_a_verdict_committed_in_another_term_is_refused() {
 }
 
 #[tokio::test]
-async fn test_a_batch_of_verdicts_committed_in_another_term_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(&dir.path().join("raft.redb")).unwrap();
-    let (mut sm, rx) = StateMachine::open(db).unwrap();
-    let judge = |term, state| Command::JudgeNodes {
-        verdicts: vec![(NodeId(1), state)],
+async fn test_a_verdict_committed_in_another_term_is_refused() {
+    check_a_verdict_committed_in_another_term_is_refused(|term| Command::JudgeNodeState {
+        id: NodeId(1),
+        state: NodeState::Down,
         term,
-    };
-    let mut late = entry(3, rid(3), judge(1, NodeState::Down));
-    late.log_id = LogId::new(CommittedLeaderId::new(2, 1), 3);
-    let out = sm
-        .apply([
-            entry(1, rid(1), Command::UpsertNode(node(1))),
-            late,
-            entry(4, rid(4), judge(1, NodeState::Down)),
-        ])
-        .await
-        .unwrap();
-    assert!(out[0].is_ok());
-    let refused = out[1].clone().unwrap_err();
-    assert!(refused.1.contains("term 1"), "{refused:?}");
-    assert_eq!(out[2], Ok(Reply::Done));
-    let state = rx.borrow().clone();
-    assert_eq!(state.map.node(NodeId(1)).unwrap().state, NodeState::Down);
-    assert_eq!(state.epoch_history.len(), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn test_a_batch_of_verdicts_committed_in_another_term_is_refused() {
+    check_a_verdict_committed_in_another_term_is_refused(|term| Command::JudgeNodes {
+        verdicts: vec![(NodeId(1), NodeState::Down)],
+        term,
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -145,11 +145,6 @@ impl SimCluster {
         EPOCH_START_S * 1000 + u64::try_from(self.start.elapsed().as_millis()).unwrap_or(0)
     }
 
-    /// Simulated time since the cluster started.
-    pub fn elapsed(&self) -> Duration {
-        self.start.elapsed()
-    }
-
     /// The running incarnation of node `id`.
     pub fn node(&self, id: NodeId) -> Option<Arc<SimNode>> {
         self.nodes.lock().get(&id).cloned()
@@ -428,10 +423,87 @@ impl SimCluster {
         Ok(())
     }
 
+    /// `count` VMs spread over the zones (VM i in zone i mod zones, on that zone's
+    /// nodes in turn), each with a VDI `vm<i>` of `size` bytes homed in its zone under
+    /// `policy` and locked by its node (a 600 s lease, the longest there is).
+    pub async fn start_vms(
+        &self,
+        count: usize,
+        size: u64,
+        policy: WritePolicy,
+    ) -> anyhow::Result<Vec<Vm>> {
+        let model = self.model().clone();
+        let mut vms = Vec::with_capacity(count);
+        for i in 0..count {
+            let zone = i % model.zones;
+            let in_zone = (i / model.zones) % model.nodes_per_zone;
+            let node = NodeId((zone * model.nodes_per_zone + in_zone) as u64 + 1);
+            let name = format!("vm{i}");
+            self.create_vdi(&name, size, Some(zone), policy)
+                .map_err(|e| anyhow::anyhow!("cannot create VDI {name}: {e}"))?;
+            let generation = self
+                .acquire(&name, node, Duration::from_secs(600))
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot lock VDI {name}: {e}"))?;
+            vms.push(Vm {
+                name,
+                node,
+                generation,
+            });
+        }
+        Ok(vms)
+    }
+
+    /// Write the first `size` bytes of every VM's VDI once, 1 MiB at a time, through
+    /// its node's gateway, all VMs at once.
+    pub async fn fill(&self, vms: &[Vm], size: u64) -> anyhow::Result<()> {
+        let object_size = u64::from(self.object_size);
+        let fills = vms.iter().map(|vm| async move {
+            let vdi = self
+                .vdi(&vm.name)
+                .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("No VDI {}", vm.name)))?;
+            let node = self
+                .node(vm.node)
+                .ok_or_else(|| Error::unavailable(format!("No node {}", vm.node)))?;
+            let data = bytes::Bytes::from(vec![0xa5u8; 1 << 20]);
+            let mut off = 0;
+            while off < size {
+                let oid = drove_types::ObjectId::new(vdi.id, (off / object_size) as u32);
+                node.gateway
+                    .write(
+                        &vdi,
+                        oid,
+                        off % object_size,
+                        data.clone(),
+                        false,
+                        vm.generation,
+                    )
+                    .await?;
+                off += 1 << 20;
+            }
+            Ok::<(), Error>(())
+        });
+        for r in futures::future::join_all(fills).await {
+            r.map_err(|e| anyhow::anyhow!("filling the VDIs failed: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// The epochs the metadata went through.
     pub fn epoch(&self) -> u64 {
         self.meta.lock().map.epoch.0
     }
+}
+
+/// A VM of a run: the VDI it writes, the node it runs on, the lock it holds.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    /// Its VDI's name.
+    pub name: String,
+    /// Its node (the VDI's gateway).
+    pub node: NodeId,
+    /// The lock generation it writes under.
+    pub generation: u64,
 }
 
 /// A gateway's way to mark failed replicas down: a command through the metadata.

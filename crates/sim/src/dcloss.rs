@@ -4,7 +4,7 @@
 //! held are placed on the nodes left, and recovery copies them. The run reports
 //! when the last node was marked down, when every node left was clean at the
 //! final epoch, the epochs it took, and the `List` requests and bytes moved.
-use drove_types::{NodeId, NodeState, ObjectId, WritePolicy};
+use drove_types::{NodeId, NodeState, WritePolicy};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::cluster::{Disks, SimCluster};
 use crate::model::Model;
 
-const OBJECT_SIZE: u32 = 4 << 20;
+const OBJECT_SIZE: u32 = drove_types::DEFAULT_OBJECT_SIZE;
 
 /// What a datacenter-loss run is made of.
 #[derive(Debug, Clone, Serialize)]
@@ -63,37 +63,8 @@ async fn dc_loss(opts: DcLossOpts) -> anyhow::Result<DcLossReport> {
     let model = opts.model.clone();
     let c = SimCluster::new(model.clone(), OBJECT_SIZE, Disks::Model);
     let size = opts.disk_mib << 20;
-    let mut fills = Vec::new();
-    for i in 0..opts.vdis {
-        let zone = i % model.zones;
-        let node = NodeId(
-            (zone * model.nodes_per_zone + (i / model.zones) % model.nodes_per_zone) as u64 + 1,
-        );
-        let name = format!("vm{i}");
-        c.create_vdi(&name, size, Some(zone), WritePolicy::Sync)
-            .map_err(|e| anyhow::anyhow!("cannot create VDI {name}: {e}"))?;
-        let g = c
-            .acquire(&name, node, Duration::from_secs(600))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot lock VDI {name}: {e}"))?;
-        let c = c.clone();
-        fills.push(async move {
-            let vdi = c.vdi(&name).expect("created above");
-            let gw = c.node(node).expect("running").gateway.clone();
-            let mut off = 0;
-            while off < size {
-                let oid = ObjectId::new(vdi.id, (off / u64::from(OBJECT_SIZE)) as u32);
-                let in_obj = off % u64::from(OBJECT_SIZE);
-                let data = bytes::Bytes::from(vec![(off >> 20) as u8 ^ 0x3c; 1 << 20]);
-                gw.write(&vdi, oid, in_obj, data, false, g).await?;
-                off += 1 << 20;
-            }
-            Ok::<(), drove_types::Error>(())
-        });
-    }
-    for r in futures::future::join_all(fills).await {
-        r.map_err(|e| anyhow::anyhow!("filling the VDIs failed: {e}"))?;
-    }
+    let vms = c.start_vms(opts.vdis, size, WritePolicy::Sync).await?;
+    c.fill(&vms, size).await?;
     let objects = (opts.vdis as u64) * size.div_ceil(u64::from(OBJECT_SIZE));
     let lost = model.zones - 1;
     let ids: Vec<NodeId> = c

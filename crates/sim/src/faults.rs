@@ -321,14 +321,18 @@ async fn inject(
         tokio::time::sleep_until(t).await;
         let at = (t - start).as_millis();
         let dur = Duration::from_millis(2000 + rng.below(10_000));
+        // The zone a fault hits, from now for `dur`.
+        let hit = |zone| {
+            hits.lock().push(Hit {
+                zone,
+                at: t,
+                until: t + dur,
+            })
+        };
         match kinds[rng.below(kinds.len() as u64) as usize] {
             FaultKind::Crash => {
                 let id = NodeId(1 + rng.below(n));
-                hits.lock().push(Hit {
-                    zone: model.zone_of(id.0),
-                    at: t,
-                    until: t + dur,
-                });
+                hit(model.zone_of(id.0));
                 out.push(format!(
                     "{at} ms: node {id} crashes for {} ms",
                     dur.as_millis()
@@ -339,11 +343,7 @@ async fn inject(
             }
             FaultKind::Cut => {
                 let z = rng.below(model.zones as u64) as usize;
-                hits.lock().push(Hit {
-                    zone: z,
-                    at: t,
-                    until: t + dur,
-                });
+                hit(z);
                 out.push(format!(
                     "{at} ms: zone {} is cut off for {} ms",
                     Model::zone_name(z),
@@ -356,11 +356,7 @@ async fn inject(
             }
             FaultKind::Lose => {
                 let z = rng.below(model.zones as u64) as usize;
-                hits.lock().push(Hit {
-                    zone: z,
-                    at: t,
-                    until: t + dur,
-                });
+                hit(z);
                 out.push(format!(
                     "{at} ms: zone {} is lost (every node crashes) for {} ms",
                     Model::zone_name(z),

@@ -150,12 +150,6 @@ impl SimNet {
         self.st.lock().cut.contains(&z)
     }
 
-    /// Whether `a` and `b` (both running) can talk.
-    pub fn reachable(&self, a: NodeId, b: NodeId) -> bool {
-        let st = self.st.lock();
-        st.reaches(a, b)
-    }
-
     /// The traffic since the last call, and start counting again.
     pub fn take_traffic(&self) -> Traffic {
         std::mem::take(&mut self.st.lock().traffic)

@@ -13,7 +13,7 @@
 use drove_paperbench::index::{compute_indexes, fmt_ratio, lookup, IndexKind};
 use drove_paperbench::results::{PointResult, RepeatSample, Traffic};
 use drove_paperbench::{Op, System};
-use drove_types::{NodeId, ObjectId, WritePolicy};
+use drove_types::{ObjectId, WritePolicy};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use crate::model::Model;
 use crate::rng::Rng;
 
 /// The objects of the paper runs' VDIs (drove's default).
-const OBJECT_SIZE: u32 = 4 << 20;
+const OBJECT_SIZE: u32 = drove_types::DEFAULT_OBJECT_SIZE;
 
 /// What `drove sim paper` runs.
 #[derive(Debug, Clone, Serialize)]
@@ -63,6 +63,17 @@ impl Default for PaperOpts {
     }
 }
 
+impl PaperOpts {
+    /// The X of every point: `parallel`, with 1 always there (first when added).
+    fn xs(&self) -> Vec<usize> {
+        let mut xs = self.parallel.clone();
+        if !xs.contains(&1) {
+            xs.insert(0, 1);
+        }
+        xs
+    }
+}
+
 /// Everything a run produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct PaperReport {
@@ -85,11 +96,7 @@ pub fn run(
     for delay in [0, delay_ms] {
         for &policy in &opts.policies {
             for &op in &opts.ops {
-                let mut xs = opts.parallel.clone();
-                if !xs.contains(&1) {
-                    xs.insert(0, 1);
-                }
-                for x in xs {
+                for x in opts.xs() {
                     let wall = std::time::Instant::now();
                     let p = run_point(opts, policy, op, x, delay)?;
                     progress(&p, wall.elapsed());
@@ -99,11 +106,7 @@ pub fn run(
         }
     }
     let systems: Vec<System> = opts.policies.iter().map(|&p| System::drove(p)).collect();
-    let mut xs = opts.parallel.clone();
-    if !xs.contains(&1) {
-        xs.insert(0, 1);
-    }
-    let indexes = compute_indexes(&points, &systems, &xs, delay_ms);
+    let indexes = compute_indexes(&points, &systems, &opts.xs(), delay_ms);
     Ok(PaperReport {
         opts: opts.clone(),
         points,
@@ -157,41 +160,10 @@ async fn point(
 ) -> anyhow::Result<(Vec<f64>, Traffic)> {
     let c = SimCluster::new(model.clone(), OBJECT_SIZE, Disks::Model);
     let size = opts.disk_mib << 20;
-    let mut vms = Vec::new();
-    for i in 0..x {
-        let zone = i % model.zones;
-        let node = NodeId(
-            (zone * model.nodes_per_zone + (i / model.zones) % model.nodes_per_zone) as u64 + 1,
-        );
-        let name = format!("vm{i}");
-        c.create_vdi(&name, size, Some(zone), policy)
-            .map_err(|e| anyhow::anyhow!("cannot create VDI {name}: {e}"))?;
-        let g = c
-            .acquire(&name, node, Duration::from_secs(600))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot lock VDI {name}: {e}"))?;
-        vms.push((name, node, g));
-    }
+    let vms = c.start_vms(x, size, policy).await?;
     // Reads read written data: every disk is written once first (not measured).
     if !op.is_write() {
-        let fills = vms.iter().map(|(name, node, g)| {
-            let c = c.clone();
-            async move {
-                let vdi = c.vdi(name).expect("created above");
-                let gw = c.node(*node).expect("running").gateway.clone();
-                let mut off = 0;
-                while off < size {
-                    let (oid, in_obj) = at(vdi.id, off);
-                    let data = bytes::Bytes::from(vec![0xa5u8; 1 << 20]);
-                    gw.write(&vdi, oid, in_obj, data, false, *g).await?;
-                    off += 1 << 20;
-                }
-                Ok::<(), drove_types::Error>(())
-            }
-        });
-        for r in futures::future::join_all(fills).await {
-            r.map_err(|e| anyhow::anyhow!("prefill failed: {e}"))?;
-        }
+        c.fill(&vms, size).await?;
     }
     let _ = c.net.take_traffic();
     let start = Instant::now();
@@ -200,10 +172,10 @@ async fn point(
     let mut tasks = Vec::new();
     let counters: Vec<Arc<AtomicU64>> = (0..x).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let errors = Arc::new(AtomicU64::new(0));
-    for (i, (name, node, g)) in vms.iter().enumerate() {
+    for (i, vm) in vms.iter().enumerate() {
         for d in 0..opts.iodepth {
             let c = c.clone();
-            let (name, node, g) = (name.clone(), *node, *g);
+            let (name, node, g) = (vm.name.clone(), vm.node, vm.generation);
             let done = counters[i].clone();
             let errors = errors.clone();
             let mut rng = Rng::new(opts.seed ^ ((i as u64) << 16) ^ d as u64);
@@ -342,10 +314,7 @@ pub fn text(r: &PaperReport) -> String {
         "{:<16} {:<12} {:>4} {:>8} {:>8}\n",
         "system", "op", "X", "LIR", "PIR"
     ));
-    let mut xs = r.opts.parallel.clone();
-    if !xs.contains(&1) {
-        xs.insert(0, 1);
-    }
+    let xs = r.opts.xs();
     for &pol in &r.opts.policies {
         let sys = System::drove(pol);
         for &op in &r.opts.ops {
