@@ -175,18 +175,58 @@ impl LocalStore {
     ) -> Result<OwnedRwLockReadGuard<()>> {
         self.catalog.admit_generation(oid.vdi, generation).await?;
         self.catchup.admit_epoch(epoch, true).await?;
+        let mut confirmed = false;
         loop {
             let guard = self.catchup.write_lock(oid).await;
+            let repair = self.repair.get().and_then(Weak::upgrade);
             if self.catchup.is_current(oid) {
-                return Ok(guard);
+                if confirmed || self.store.exists(oid)? {
+                    return Ok(guard);
+                }
+                drop(guard);
+                if let Some(r) = repair {
+                    r.confirm_absent(oid).await?;
+                }
+                confirmed = true;
+                continue;
             }
             drop(guard);
-            let repair = self.repair.get().and_then(Weak::upgrade);
             match repair {
                 Some(r) => r.repair(oid).await?,
                 None => return Err(Self::not_current(oid)),
             }
         }
+    }
+
+    /// Whether this node's copy of `oid` is current as far as it knows: not pending
+    /// and, when it has no copy at all (`present` false), its absence known
+    /// ([`Repair::absence_known`]).
+    fn knows_current(&self, oid: ObjectId, present: bool) -> bool {
+        self.catchup.is_current(oid)
+            && (present
+                || self
+                    .repair
+                    .get()
+                    .and_then(Weak::upgrade)
+                    .is_none_or(|r| r.absence_known(oid)))
+    }
+
+    /// Admit a read of `oid`: its copy here must be current, and a missing copy's
+    /// absence known (made sure of first).
+    async fn admit_read(&self, oid: ObjectId) -> Result<()> {
+        if !self.catchup.is_current(oid) {
+            return Err(Self::not_current(oid));
+        }
+        if self.store.exists(oid)? {
+            return Ok(());
+        }
+        if let Some(r) = self.repair.get().and_then(Weak::upgrade) {
+            r.confirm_absent(oid).await?;
+        }
+        if !self.catchup.is_current(oid) {
+            return Err(Self::not_current(oid));
+        }
+        Ok(())
     }
 
     /// Apply `req` (with its `payload`) here. Forwarding is not done here.
@@ -212,9 +252,7 @@ impl LocalStore {
             } => {
                 self.vdi_for(oid, offset, u64::from(len)).await?;
                 self.catchup.admit_epoch(epoch, true).await?;
-                if !self.catchup.is_current(oid) {
-                    return Err(Self::not_current(oid));
-                }
+                self.admit_read(oid).await?;
                 let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
                 Ok((PeerResp::Data, Bytes::from(data)))
             }
@@ -339,14 +377,14 @@ impl LocalStore {
                 self.check_oids(&[oid], Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
                 let _held = self.catchup.copy_lock(oid).await;
-                if !force && !self.catchup.is_current(oid) {
-                    return Err(Self::not_current(oid));
-                }
                 let (data, present, version) = blocking(store, move |s| {
                     let present = s.exists(oid)?;
                     Ok((s.read(oid, 0, len)?, present, s.version(oid)?))
                 })
                 .await?;
+                if !force && !self.knows_current(oid, present) {
+                    return Err(Self::not_current(oid));
+                }
                 Ok((PeerResp::Object { present, version }, Bytes::from(data)))
             }
             &PeerReq::Repair {
@@ -374,7 +412,6 @@ impl LocalStore {
     /// This node's view of `oid` (`len` bytes long), with no write in flight.
     pub async fn digest(&self, oid: ObjectId, len: u32) -> Result<ObjDigest> {
         let _held = self.catchup.copy_lock(oid).await;
-        let current = self.catchup.is_current(oid);
         let clean_epoch = self.catchup.clean_epoch();
         let (present, crc, corrupt, version) = blocking(&self.store, move |s| {
             if !s.exists(oid)? {
@@ -391,7 +428,7 @@ impl LocalStore {
         .await?;
         Ok(ObjDigest {
             present,
-            current,
+            current: self.knows_current(oid, present),
             clean_epoch,
             crc,
             corrupt,

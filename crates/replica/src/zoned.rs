@@ -163,7 +163,17 @@ impl Gateway {
                 return Err(failed.swap_remove(i).1);
             }
             if far.is_empty() {
-                return self.degrade(vdi, near_ok, failed).await;
+                let settled = self
+                    .degrade(vdi, near_ok, failed)
+                    .await
+                    .and_then(|()| self.still_on(&map));
+                match settled {
+                    Err(e) if e.kind() == ErrorKind::StaleEpoch => {
+                        self.newer_map(map.epoch).await?;
+                        continue;
+                    }
+                    other => return other,
+                }
             }
             // Wait for the far copies when the near ones are not enough on their own,
             // or when the VDI is no longer zone-sync (its lane is being emptied).
@@ -186,7 +196,13 @@ impl Gateway {
                 self.start_lane(vdi.id, lane);
             }
             let Some(done) = done else {
-                return Ok(());
+                match self.still_on(&map) {
+                    Err(_) => {
+                        self.newer_map(map.epoch).await?;
+                        continue;
+                    }
+                    ok => return ok,
+                }
             };
             let far_res = done
                 .await
@@ -194,7 +210,16 @@ impl Gateway {
             far_res?;
             // The far copies have it (or the failed ones were marked down with the
             // near copies counted): settle the near failures with them counted too.
-            return self.degrade(vdi, near_ok + far.len(), failed).await;
+            let settled = self
+                .degrade(vdi, near_ok + far.len(), failed)
+                .await
+                .and_then(|()| self.still_on(&map));
+            match settled {
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => {
+                    self.newer_map(map.epoch).await?;
+                }
+                other => return other,
+            }
         }
     }
 
