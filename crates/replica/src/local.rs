@@ -178,20 +178,17 @@ impl LocalStore {
         let mut confirmed = false;
         loop {
             let guard = self.catchup.write_lock(oid).await;
-            let repair = self.repair.get().and_then(Weak::upgrade);
             if self.catchup.is_current(oid) {
                 if confirmed || self.store.exists(oid)? {
                     return Ok(guard);
                 }
                 drop(guard);
-                if let Some(r) = repair {
-                    r.confirm_absent(oid).await?;
-                }
+                self.confirm_absent(oid).await?;
                 confirmed = true;
                 continue;
             }
             drop(guard);
-            match repair {
+            match self.repair.get().and_then(Weak::upgrade) {
                 Some(r) => r.repair(oid).await?,
                 None => return Err(Self::not_current(oid)),
             }
@@ -211,17 +208,20 @@ impl LocalStore {
                     .is_none_or(|r| r.absence_known(oid)))
     }
 
+    /// Make sure of the absence of `oid`, of which this node has no copy
+    /// ([`Repair::confirm_absent`]).
+    async fn confirm_absent(&self, oid: ObjectId) -> Result<()> {
+        match self.repair.get().and_then(Weak::upgrade) {
+            Some(r) => r.confirm_absent(oid).await,
+            None => Ok(()),
+        }
+    }
+
     /// Admit a read of `oid`: its copy here must be current, and a missing copy's
     /// absence known (made sure of first).
     async fn admit_read(&self, oid: ObjectId) -> Result<()> {
-        if !self.catchup.is_current(oid) {
-            return Err(Self::not_current(oid));
-        }
-        if self.store.exists(oid)? {
-            return Ok(());
-        }
-        if let Some(r) = self.repair.get().and_then(Weak::upgrade) {
-            r.confirm_absent(oid).await?;
+        if self.catchup.is_current(oid) && !self.store.exists(oid)? {
+            self.confirm_absent(oid).await?;
         }
         if !self.catchup.is_current(oid) {
             return Err(Self::not_current(oid));
@@ -377,6 +377,9 @@ impl LocalStore {
                 self.check_oids(&[oid], Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
                 let _held = self.catchup.copy_lock(oid).await;
+                if !force && !self.catchup.is_current(oid) {
+                    return Err(Self::not_current(oid));
+                }
                 let (data, present, version) = blocking(store, move |s| {
                     let present = s.exists(oid)?;
                     Ok((s.read(oid, 0, len)?, present, s.version(oid)?))
