@@ -388,7 +388,7 @@ impl Gateway {
         if vdi.zone_sync() || lagging {
             return self.fan_out_zoned(vdi, oid, op, fua, generation).await;
         }
-        let make = |epoch, forward| op.request(oid, fua, generation, epoch, forward);
+        let make = |epoch, forward| op.request(oid, fua, generation, epoch, epoch, forward);
         let mut primary_failed = false;
         loop {
             let map = self.map.get();

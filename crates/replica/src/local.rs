@@ -262,11 +262,12 @@ impl LocalStore {
                 fua,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 self.vdi_for(oid, offset, payload.len() as u64).await?;
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 if !fua && payload.len() <= INLINE_MAX {
                     // A small write without FUA lands in the page cache and takes a few
                     // microseconds; handing it to the blocking pool and back costs more
@@ -293,11 +294,12 @@ impl LocalStore {
                 fua,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 self.vdi_for(oid, offset, len).await?;
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
                     s.set_version(oid, v)?;
@@ -313,6 +315,7 @@ impl LocalStore {
                 oid,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 let vdi = self.vdi_for(oid, 0, payload.len() as u64).await?;
@@ -323,8 +326,8 @@ impl LocalStore {
                         vdi.object_size
                     )));
                 }
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 blocking(store, move |s| s.create(oid, &payload, v)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
@@ -451,12 +454,19 @@ fn check_count(oids: &[ObjectId]) -> Result<()> {
     Ok(())
 }
 
-/// The version a write of lock `generation` on a map of `epoch` gives an object.
-fn version(epoch: Epoch, generation: u64) -> ObjVersion {
-    ObjVersion {
-        generation,
-        epoch: epoch.0,
+/// The version a write of lock `generation`, sent on a map of `epoch` and
+/// acknowledged under the map of `made`, gives an object; a write claiming to be
+/// made after the map it was sent on is refused.
+fn version(epoch: Epoch, made: Epoch, generation: u64) -> Result<ObjVersion> {
+    if made > epoch {
+        return Err(Error::invalid(format!(
+            "A write made at epoch {made} was sent on the map of epoch {epoch}, an earlier one"
+        )));
     }
+    Ok(ObjVersion {
+        generation,
+        epoch: made.0,
+    })
 }
 
 /// Turn a response into a result: a [`PeerResp::Err`] or [`PeerResp::ForwardFailed`]

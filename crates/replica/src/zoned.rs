@@ -20,6 +20,7 @@
 //!   for what was queued before it and makes the far copies durable.
 use super::*;
 use crate::ship::{Entry, Lane, MAX_FLYING};
+use drove_types::ObjVersion;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 /// The zone of `node` on `map`.
@@ -139,7 +140,7 @@ impl Gateway {
         generation: u64,
     ) -> Result<()> {
         let payload = op.payload();
-        let make = |epoch, forward| op.request(oid, fua, generation, epoch, forward);
+        let make = |epoch, forward| op.request(oid, fua, generation, epoch, epoch, forward);
         loop {
             let map = self.map.get();
             let replicas = self.replicas_on(&map, vdi, oid)?;
@@ -186,7 +187,10 @@ impl Gateway {
                     Arc::new(vdi.clone()),
                     oid,
                     shipped,
-                    generation,
+                    ObjVersion {
+                        generation,
+                        epoch: map.epoch.0,
+                    },
                     near_ok,
                     wait,
                     on_wait,
@@ -276,7 +280,9 @@ impl Gateway {
     async fn ship(&self, e: &Entry) -> Result<()> {
         let mut backoff = Duration::from_millis(100);
         let payload = e.op.payload();
-        let make = |epoch, forward| e.op.request(e.oid, false, e.generation, epoch, forward);
+        let make = |epoch, forward| {
+            e.op.request(e.oid, false, e.generation, epoch, e.made, forward)
+        };
         loop {
             let map = self.map.get();
             let all = drove_placement::locate_vdi(&map, &e.vdi, e.oid);
