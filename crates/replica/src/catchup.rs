@@ -38,7 +38,8 @@ pub trait Repair: Send + Sync {
     /// Make this node's copy of `oid` current.
     fn repair(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>>;
 
-    /// Replace this node's copy of `oid` (`len` bytes) with node `from`'s.
+    /// Replace this node's copy of `oid` (`len` bytes) with node `from`'s; from this
+    /// node itself, make its copy current as recovery would (it may wait or copy).
     fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>>;
 
     /// For an object this node has no copy of and does not count pending: whether

@@ -39,8 +39,9 @@ use crate::Transport;
 mod plan;
 mod progress;
 
+pub(crate) use plan::pick_source;
 pub use plan::View;
-use plan::{as_if_up, as_sources, backfill_full, pick_source};
+use plan::{as_if_up, as_sources, backfill_full};
 use progress::Pass;
 pub use progress::Progress;
 
@@ -574,8 +575,9 @@ impl Recoverer {
         let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every
-            // acknowledged write only if every node that took writes since its last
-            // one answered too; else wait (the pass is retried) rather than make a
+            // acknowledged write only if, for every epoch since its last one, a node
+            // that took every write of that epoch answered too ([`View::unvouched`]);
+            // else wait (the pass is retried) rather than make a
             // stale copy current, which would then overwrite the newer one when its
             // node comes back. Up nodes among them that were not asked (they no
             // longer hold the object) are asked now.
@@ -598,11 +600,20 @@ impl Recoverer {
             }
             // A higher version found among them only narrows the set; a current copy
             // found among them ends the question.
-            let silent: Vec<NodeId> = view
-                .placed_since(oid, since(&source))
-                .into_iter()
-                .filter(|&n| !answered(&digests, n))
-                .collect();
+            // A corrupt copy of a later version than the best readable one holds
+            // writes that copy lacks: it does not answer for its epochs (`drove sim
+            // faults --seed 242 --time 40s`: a flipped copy of a later version
+            // vouched for a source without its writes). One of the same or an
+            // earlier version holds none the best copy lacks, and does.
+            let best = source.map(|(_, d, _)| d.version);
+            let vouches = |d: &ObjDigest| !d.corrupt || Some(d.version) <= best;
+            let readable = |n: NodeId| {
+                if n == self.me {
+                    return vouches(&mine);
+                }
+                digests.iter().any(|(m, d)| *m == n && vouches(d))
+            };
+            let silent = view.unvouched(oid, since(&source), &readable);
             if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
                 return Err(Error::unavailable(format!(
                     "No copy of object {oid} is known current, and nodes {silent:?}, which \
@@ -849,12 +860,15 @@ impl Repair for Recoverer {
 
     fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            if from == self.me {
+                // This copy is to win: one not known current is recovered first, as
+                // any would be. Marked current as it stood, it once replaced the
+                // copies of nodes that took later writes and were not asked
+                // (`drove sim faults --seed 672 --time 40s`).
+                return self.recover(oid, false).await;
+            }
             let slot = self.slot(oid);
             let _one = slot.lock().await;
-            if from == self.me {
-                self.local.catchup().mark_current(oid);
-                return Ok(());
-            }
             self.copy(oid, len, from, true, false).await
         })
     }

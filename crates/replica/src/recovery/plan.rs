@@ -6,7 +6,7 @@
 //! these decide.
 use drove_placement::locate_vdi;
 use drove_proto::ObjDigest;
-use drove_types::{ClusterMap, Epoch, NodeId, NodeState, ObjectId, VdiId, VdiInfo};
+use drove_types::{ClusterMap, Epoch, NodeId, NodeState, ObjectId, VdiId, VdiInfo, WritePolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -68,6 +68,54 @@ impl View {
             .collect()
     }
 
+    /// The nodes recovery of `oid` still waits for, when no copy is known current
+    /// and the best copy's last write was made at epoch `since`: for each map from
+    /// `since` on, the nodes that took every write acknowledged under it (its
+    /// witnesses), unless one of them has `answered`. A sync write is acknowledged
+    /// once every node it is placed on has it (a failed one is marked down first
+    /// and the write sent again on the new map), so any one of them answers for
+    /// that epoch. A zone-sync write is acknowledged once the home zone's copies
+    /// have it: only those answer for it, while that zone is still the VDI's home.
+    /// Once the home has moved (`drove vdi promote` after losing the zone, or a
+    /// move), the writes the old home had not shipped yet are given up, as the
+    /// promotion states, and every copy answers for those epochs. A node removed
+    /// from the map was declared gone and is not waited for. Asking every node
+    /// placed since `since` instead made a sync VDI unwritable from the far zone
+    /// after its home zone was lost (e2e_zonesync), where the far copies took every
+    /// write.
+    pub(super) fn unvouched(
+        &self,
+        oid: ObjectId,
+        since: Epoch,
+        answered: &dyn Fn(NodeId) -> bool,
+    ) -> BTreeSet<NodeId> {
+        let Some(v) = self.vdis.get(&oid.vdi) else {
+            return BTreeSet::new();
+        };
+        let mut out = BTreeSet::new();
+        let maps = self.history.iter().filter(|m| m.epoch >= since);
+        for m in maps.chain(std::iter::once(&*self.map)) {
+            let placed = locate_vdi(m, v, oid);
+            let home = match v.policy {
+                WritePolicy::ZoneSync if v.home_at(m.epoch) == v.home_zone.as_deref() => {
+                    v.home_zone.as_deref()
+                }
+                _ => None,
+            };
+            let in_home = |n: &NodeId| home.is_none_or(|h| m.node(*n).is_some_and(|x| x.zone == h));
+            let mut witnesses: Vec<NodeId> = placed.iter().copied().filter(in_home).collect();
+            if witnesses.is_empty() {
+                // No home copy up under this map: its writes went to every copy.
+                witnesses = placed;
+            }
+            witnesses.retain(|n| self.map.node(*n).is_some());
+            if !witnesses.iter().any(|&n| answered(n)) {
+                out.extend(witnesses);
+            }
+        }
+        out
+    }
+
     /// Whether `me`, which has no copy of `oid`, cannot vouch that there is
     /// nothing to have: a node that is down now (so its copy, if any, was never
     /// listed) held the object at an epoch at which `me` did not, or at which `me`
@@ -125,7 +173,12 @@ pub(super) fn as_sources(
 
 /// The copy of an object to recover from, and whether its holder must be asked to
 /// send it although it does not know it to be current (`force`): a copy its holder
-/// knows to be current, in the order given; else, nobody's copy being known
+/// knows to be current, in the order given, unless it was outside the VDI's home
+/// zone when it took its version's writes and a copy of the same version was in it
+/// (that one is taken, `me` first: the far copy became current while every home
+/// copy was down, short of the writes the home zone had not shipped yet; taken,
+/// it overwrote them when the home zone came back, `drove sim faults --seed 192
+/// --time 40s`); else, nobody's copy being known
 /// current, the one with the highest version (the last writer's, see
 /// [`drove_types::ObjVersion`]), then one `near` says was in the VDI's home zone
 /// when it took that version's writes, then the latest clean epoch, then the first
@@ -137,16 +190,23 @@ pub(super) fn as_sources(
 /// epoch only says it had caught up at some epoch, not that it held this object
 /// then (a node alone in the map holds nothing and is clean at once), so it only
 /// breaks ties.
-pub(super) fn pick_source(
+pub(crate) fn pick_source(
     me: NodeId,
     mine: ObjDigest,
     others: &[(NodeId, ObjDigest)],
     near: &dyn Fn(NodeId, Epoch) -> bool,
 ) -> Option<(NodeId, ObjDigest, bool)> {
-    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
-        return Some((*n, *d, false));
-    }
     let me = (me, mine);
+    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
+        let at = Epoch(d.version.epoch);
+        let home = std::iter::once(&me)
+            .chain(others.iter())
+            .find(|(m, x)| x.version == d.version && x.present && !x.corrupt && near(*m, at));
+        return match home {
+            Some((m, x)) if !near(*n, at) => Some((*m, *x, !x.current)),
+            _ => Some((*n, *d, false)),
+        };
+    }
     std::iter::once(&me)
         .chain(others.iter())
         .filter(|(_, d)| !d.corrupt && d.present)
@@ -214,6 +274,17 @@ mod tests {
         // A higher version outside the home zone still wins.
         let newer = d(false, (1, 19), 5, 9);
         assert_eq!(pick_source(n1, newer, &[(n2, v)], &home).unwrap().0, n1);
+        // A far copy known current (made so while the home zone was down) is passed
+        // over for a home copy of its version, known current or not...
+        let far_current = d(true, (1, 18), 30, 8);
+        let (src, _, force) = pick_source(n2, v, &[(n1, far_current)], &home).unwrap();
+        assert_eq!((src, force), (n2, true));
+        let (src, _, force) = pick_source(n3, v, &[(n1, far_current), (n2, v)], &home).unwrap();
+        assert_eq!((src, force), (n3, true));
+        // ...but not for a home copy of an older version.
+        let old = d(false, (1, 17), 30, 6);
+        let (src, _, force) = pick_source(n2, old, &[(n1, far_current)], &home).unwrap();
+        assert_eq!((src, force), (n1, false));
     }
 
     #[test]
@@ -329,6 +400,55 @@ mod tests {
         // Nobody down: nothing unheard of.
         let v1 = view_of(&vdi, vec![m1]);
         assert!(!v1.absence_unsure(others[0], oid));
+    }
+
+    #[test]
+    fn test_an_epoch_is_vouched_for_by_one_node_that_took_all_its_writes() {
+        use NodeState::{Down, Up};
+        // Two zones: z1 = {1, 3}, z2 = {2, 4}. Epoch 1: all up. Epoch 2: z2 is down.
+        let zoned = |epoch: u64, z2: NodeState| {
+            let mut m = map(epoch, &[(1, Up), (2, z2), (3, Up), (4, z2)]);
+            for (id, n) in m.nodes.iter_mut() {
+                n.zone = if id.0 % 2 == 1 { "z1" } else { "z2" }.into();
+            }
+            m
+        };
+        let (m1, m2) = (zoned(1, Up), zoned(2, Down));
+        let far = |n: NodeId| n.0 % 2 == 1;
+        let nobody = |_: NodeId| false;
+        let oid = ObjectId::new(VdiId(7), 3);
+        let mut sync = vdi7();
+        sync.copies = 3;
+        sync.home_zone = Some("z2".into());
+        let v = view_of(&sync, vec![m1.clone(), m2.clone()]);
+        // Sync: every copy took every write, so the far zone's answers do.
+        assert!(v.unvouched(oid, Epoch(0), &far).is_empty());
+        let all: BTreeSet<NodeId> = [&m1, &m2]
+            .into_iter()
+            .flat_map(|m| locate_vdi(m, &sync, oid))
+            .collect();
+        assert_eq!(v.unvouched(oid, Epoch(0), &nobody), all);
+        // Zone-sync: only the home copies took every write of epoch 1.
+        let mut zs = sync.clone();
+        zs.policy = WritePolicy::ZoneSync;
+        let v = view_of(&zs, vec![m1.clone(), m2.clone()]);
+        let home: BTreeSet<NodeId> = [NodeId(2), NodeId(4)].into();
+        assert_eq!(v.unvouched(oid, Epoch(0), &far), home);
+        // ...unless the version answered is from epoch 2, when no home copy was up.
+        assert!(v.unvouched(oid, Epoch(2), &far).is_empty());
+        // Promoted to z1 from epoch 3 on: the old home's unshipped writes are given up.
+        zs.home_zone = Some("z1".into());
+        zs.past_homes = vec![drove_types::PastHome {
+            zone: Some("z2".into()),
+            until: Epoch(3),
+        }];
+        let v = view_of(&zs, vec![m1.clone(), m2.clone(), zoned(3, Down)]);
+        assert!(v.unvouched(oid, Epoch(0), &far).is_empty());
+        // Nodes removed from the map are not waited for.
+        let mut m3 = zoned(3, Down);
+        m3.nodes.retain(|id, _| far(*id));
+        let v = view_of(&sync, vec![m1, m2, m3]);
+        assert!(v.unvouched(oid, Epoch(0), &nobody).iter().all(|&n| far(n)));
     }
 
     #[test]
