@@ -130,15 +130,27 @@ pub struct PaperSimArgs {
     seed: u64,
 }
 
+/// Log lines stamped with the simulated time.
+struct SimClock;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimClock {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match drove_sim::sim_time() {
+            Some(t) => write!(w, "{:>10.3}s", t.as_secs_f64()),
+            None => write!(w, "{:>11}", "-"),
+        }
+    }
+}
+
 pub async fn run(cmd: SimCmd, ctx: &Ctx) -> Result<()> {
     let json = ctx.json;
     // DROVE_SIM_LOG=drove_replica=debug: drove's own logs of the simulated nodes,
-    // on stderr, without wall-clock times (stdout stays the report).
+    // on stderr, stamped with the simulated time (stdout stays the report).
     if let Ok(filter) = std::env::var("DROVE_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_writer(std::io::stderr)
-            .without_time()
+            .with_timer(SimClock)
             .try_init();
     }
     // A simulation is CPU work on threads of its own.
@@ -284,13 +296,14 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
     }
     if let Some(first) = failed.first() {
         bail!(
-            "{} of {} seeds broke an invariant; replay one with `drove sim faults --seed {first} --nodes {} --zones {} --vdis {} --time {}`",
+            "{} of {} seeds broke an invariant; replay one with `drove sim faults --seed {first} --nodes {} --zones {} --vdis {} --time {} --faults {}`",
             failed.len(),
             reports.len(),
             a.nodes,
             a.zones,
             a.vdis,
-            a.time
+            a.time,
+            a.faults
         );
     }
     Ok(())

@@ -48,6 +48,10 @@ pub enum PeerReq {
         generation: u64,
         /// Nodes to forward to (primary-copy); empty for direct writes.
         forward: Vec<NodeId>,
+        /// The epoch the write was acknowledged under, which the copy records as
+        /// its version: `epoch`, except for a zone-sync write shipped to a copy
+        /// outside the home zone after the map moved on. Never above `epoch`.
+        made: Epoch,
     },
     /// Make `[offset, offset+len)` of `oid` read as zeros (punched, not stored).
     WriteZeroes {
@@ -65,6 +69,10 @@ pub enum PeerReq {
         generation: u64,
         /// Nodes to forward to (primary-copy).
         forward: Vec<NodeId>,
+        /// The epoch the write was acknowledged under, which the copy records as
+        /// its version: `epoch`, except for a zone-sync write shipped to a copy
+        /// outside the home zone after the map moved on. Never above `epoch`.
+        made: Epoch,
     },
     /// fsync these objects (at most [`MAX_OIDS`]; all dirty objects if empty).
     Flush {
@@ -134,6 +142,10 @@ pub enum PeerReq {
         generation: u64,
         /// Nodes to forward to (primary-copy).
         forward: Vec<NodeId>,
+        /// The epoch the write was acknowledged under, which the copy records as
+        /// its version: `epoch`, except for a zone-sync write shipped to a copy
+        /// outside the home zone after the map moved on. Never above `epoch`.
+        made: Epoch,
     },
 }
 

@@ -38,8 +38,23 @@ pub trait Repair: Send + Sync {
     /// Make this node's copy of `oid` current.
     fn repair(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>>;
 
-    /// Replace this node's copy of `oid` (`len` bytes) with node `from`'s.
+    /// Replace this node's copy of `oid` (`len` bytes) with node `from`'s; from this
+    /// node itself, make its copy current as recovery would (it may wait or copy).
     fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>>;
+
+    /// For an object this node has no copy of and does not count pending: whether
+    /// it knows there is nothing to have (see `View::absence_unsure`). A node counts an object it gains pending
+    /// only when an up node listed a copy; a copy held only by nodes that are down
+    /// was never listed, and the object would read as zeros here and take writes
+    /// over nothing (found by `drove sim faults --seed 2 --faults cut`: every
+    /// copy of an object went to nodes that had none while its holders were marked
+    /// down; the writes made there then replaced the holders' copies).
+    fn absence_known(&self, oid: ObjectId) -> bool;
+
+    /// Make sure of an absence [`Repair::absence_known`] does not know: recover
+    /// the object (which waits for the down holders when no up node's copy is
+    /// known current).
+    fn confirm_absent(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>>;
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

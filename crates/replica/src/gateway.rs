@@ -131,9 +131,36 @@ impl Gateway {
         Ok(())
     }
 
+    /// Whether a request the replicas on `map` applied may be acknowledged: only
+    /// when this gateway's map is still `map`. Else a
+    /// [`ErrorKind::StaleEpoch`] error sends it again on the new one: a replica that
+    /// applied it on `map` may since have been marked down and up again and have
+    /// replaced its copy with one without it (a returning node's copies are all
+    /// recovered). Writes are idempotent and the range lock keeps them in order.
+    pub(crate) fn still_on(&self, map: &ClusterMap) -> Result<()> {
+        let now = self.map.get().epoch;
+        if now == map.epoch {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::StaleEpoch,
+            format!(
+                "The map moved from epoch {} to {now} during the request: it goes again",
+                map.epoch
+            ),
+        ))
+    }
+
     /// Accept that `failed` replicas missed a request the others applied: at least
     /// `min_copies` did, and the failed ones are marked down first, so they recover
-    /// before serving the object again.
+    /// before serving the object again. Once they are, the request is not
+    /// acknowledged yet: a [`ErrorKind::StaleEpoch`] error makes the caller send it
+    /// again on the new map. The replicas that applied it did so on an older map,
+    /// and may since have been marked down and up again by others and have
+    /// replaced their copies with ones that lack it (`drove sim faults --seed 21
+    /// --faults cut`: a gateway cut off with its zone wrote to the replicas there,
+    /// and marked the others down after the cut healed, by which time the detector
+    /// had marked its zone down and up and those copies had been recovered).
     async fn degrade(
         &self,
         vdi: &VdiInfo,
@@ -188,7 +215,10 @@ impl Gateway {
                     .is_none_or(|x| x.state != drove_types::NodeState::Up)
             });
             if all_down {
-                return Ok(());
+                return Err(Error::new(
+                    ErrorKind::StaleEpoch,
+                    "Failed replicas were marked down: the request goes again on the new map",
+                ));
             }
             if tokio::time::Instant::now() >= end {
                 return Err(Error::unavailable(
@@ -358,7 +388,7 @@ impl Gateway {
         if vdi.zone_sync() || lagging {
             return self.fan_out_zoned(vdi, oid, op, fua, generation).await;
         }
-        let make = |epoch, forward| op.request(oid, fua, generation, epoch, forward);
+        let make = |epoch, forward| op.request(oid, fua, generation, epoch, epoch, forward);
         let mut primary_failed = false;
         loop {
             let map = self.map.get();
@@ -369,7 +399,7 @@ impl Gateway {
                     .send(first, make(map.epoch, rest), payload.clone())
                     .await
                 {
-                    Ok(_) => return Ok(()),
+                    Ok(_) => self.still_on(&map),
                     Err(e) if e.kind() == ErrorKind::StaleEpoch => Err(e),
                     Err(e) if matches!(e.kind(), ErrorKind::Fenced | ErrorKind::Gone) => {
                         return Err(e)
@@ -384,7 +414,9 @@ impl Gateway {
                 }
             } else {
                 let results = self.send_by_zone(&map, &replicas, &make, &payload).await;
-                self.settle(vdi, &replicas, results).await
+                self.settle(vdi, &replicas, results)
+                    .await
+                    .and_then(|()| self.still_on(&map))
             };
             match res {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,

@@ -175,18 +175,58 @@ impl LocalStore {
     ) -> Result<OwnedRwLockReadGuard<()>> {
         self.catalog.admit_generation(oid.vdi, generation).await?;
         self.catchup.admit_epoch(epoch, true).await?;
+        let mut confirmed = false;
         loop {
             let guard = self.catchup.write_lock(oid).await;
             if self.catchup.is_current(oid) {
-                return Ok(guard);
+                if confirmed || self.store.exists(oid)? {
+                    return Ok(guard);
+                }
+                drop(guard);
+                self.confirm_absent(oid).await?;
+                confirmed = true;
+                continue;
             }
             drop(guard);
-            let repair = self.repair.get().and_then(Weak::upgrade);
-            match repair {
+            match self.repair.get().and_then(Weak::upgrade) {
                 Some(r) => r.repair(oid).await?,
                 None => return Err(Self::not_current(oid)),
             }
         }
+    }
+
+    /// Whether this node's copy of `oid` is current as far as it knows: not pending
+    /// and, when it has no copy at all (`present` false), its absence known
+    /// ([`Repair::absence_known`]).
+    fn knows_current(&self, oid: ObjectId, present: bool) -> bool {
+        self.catchup.is_current(oid)
+            && (present
+                || self
+                    .repair
+                    .get()
+                    .and_then(Weak::upgrade)
+                    .is_none_or(|r| r.absence_known(oid)))
+    }
+
+    /// Make sure of the absence of `oid`, of which this node has no copy
+    /// ([`Repair::confirm_absent`]).
+    async fn confirm_absent(&self, oid: ObjectId) -> Result<()> {
+        match self.repair.get().and_then(Weak::upgrade) {
+            Some(r) => r.confirm_absent(oid).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Admit a read of `oid`: its copy here must be current, and a missing copy's
+    /// absence known (made sure of first).
+    async fn admit_read(&self, oid: ObjectId) -> Result<()> {
+        if self.catchup.is_current(oid) && !self.store.exists(oid)? {
+            self.confirm_absent(oid).await?;
+        }
+        if !self.catchup.is_current(oid) {
+            return Err(Self::not_current(oid));
+        }
+        Ok(())
     }
 
     /// Apply `req` (with its `payload`) here. Forwarding is not done here.
@@ -212,9 +252,7 @@ impl LocalStore {
             } => {
                 self.vdi_for(oid, offset, u64::from(len)).await?;
                 self.catchup.admit_epoch(epoch, true).await?;
-                if !self.catchup.is_current(oid) {
-                    return Err(Self::not_current(oid));
-                }
+                self.admit_read(oid).await?;
                 let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
                 Ok((PeerResp::Data, Bytes::from(data)))
             }
@@ -224,11 +262,12 @@ impl LocalStore {
                 fua,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 self.vdi_for(oid, offset, payload.len() as u64).await?;
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 if !fua && payload.len() <= INLINE_MAX {
                     // A small write without FUA lands in the page cache and takes a few
                     // microseconds; handing it to the blocking pool and back costs more
@@ -255,11 +294,12 @@ impl LocalStore {
                 fua,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 self.vdi_for(oid, offset, len).await?;
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
                     s.set_version(oid, v)?;
@@ -275,6 +315,7 @@ impl LocalStore {
                 oid,
                 epoch,
                 generation,
+                made,
                 ..
             } => {
                 let vdi = self.vdi_for(oid, 0, payload.len() as u64).await?;
@@ -285,8 +326,8 @@ impl LocalStore {
                         vdi.object_size
                     )));
                 }
+                let v = version(epoch, made, generation)?;
                 let _held = self.admit_write(oid, epoch, generation).await?;
-                let v = version(epoch, generation);
                 blocking(store, move |s| s.create(oid, &payload, v)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
             }
@@ -347,6 +388,9 @@ impl LocalStore {
                     Ok((s.read(oid, 0, len)?, present, s.version(oid)?))
                 })
                 .await?;
+                if !force && !self.knows_current(oid, present) {
+                    return Err(Self::not_current(oid));
+                }
                 Ok((PeerResp::Object { present, version }, Bytes::from(data)))
             }
             &PeerReq::Repair {
@@ -374,7 +418,6 @@ impl LocalStore {
     /// This node's view of `oid` (`len` bytes long), with no write in flight.
     pub async fn digest(&self, oid: ObjectId, len: u32) -> Result<ObjDigest> {
         let _held = self.catchup.copy_lock(oid).await;
-        let current = self.catchup.is_current(oid);
         let clean_epoch = self.catchup.clean_epoch();
         let (present, crc, corrupt, version) = blocking(&self.store, move |s| {
             if !s.exists(oid)? {
@@ -391,7 +434,7 @@ impl LocalStore {
         .await?;
         Ok(ObjDigest {
             present,
-            current,
+            current: self.knows_current(oid, present),
             clean_epoch,
             crc,
             corrupt,
@@ -411,12 +454,19 @@ fn check_count(oids: &[ObjectId]) -> Result<()> {
     Ok(())
 }
 
-/// The version a write of lock `generation` on a map of `epoch` gives an object.
-fn version(epoch: Epoch, generation: u64) -> ObjVersion {
-    ObjVersion {
-        generation,
-        epoch: epoch.0,
+/// The version a write of lock `generation`, sent on a map of `epoch` and
+/// acknowledged under the map of `made`, gives an object; a write claiming to be
+/// made after the map it was sent on is refused.
+fn version(epoch: Epoch, made: Epoch, generation: u64) -> Result<ObjVersion> {
+    if made > epoch {
+        return Err(Error::invalid(format!(
+            "A write made at epoch {made} was sent on the map of epoch {epoch}, an earlier one"
+        )));
     }
+    Ok(ObjVersion {
+        generation,
+        epoch: made.0,
+    })
 }
 
 /// Turn a response into a result: a [`PeerResp::Err`] or [`PeerResp::ForwardFailed`]

@@ -39,8 +39,9 @@ use crate::Transport;
 mod plan;
 mod progress;
 
+pub(crate) use plan::pick_source;
 pub use plan::View;
-use plan::{as_if_up, backfill_full, pick_source};
+use plan::{as_if_up, as_sources, backfill_full};
 use progress::Pass;
 pub use progress::Progress;
 
@@ -81,7 +82,14 @@ pub struct Recoverer {
     pub(crate) scrubbed: Mutex<crate::check::ScrubTotals>,
     /// Objects in this node's store at the last count, and when it was made.
     counted: Mutex<Option<(u64, Instant)>>,
+    /// Objects this node has no copy of whose absence it knows at an epoch
+    /// ([`Repair::absence_known`]).
+    absent: Mutex<(Epoch, HashSet<ObjectId>)>,
 }
+
+/// Objects whose known absence is remembered per epoch (beyond it, it is worked
+/// out again).
+const ABSENT_KEPT: usize = 65_536;
 
 /// Unused recovery budget saved up while clients are busy elsewhere.
 const BURST: Duration = Duration::from_secs(1);
@@ -107,6 +115,7 @@ impl Recoverer {
             limit_mib_s: AtomicU32::new(0),
             bucket: Mutex::new(TokenBucket::new(Instant::now(), BURST)),
             scrubbed: Mutex::new(Default::default()),
+            absent: Mutex::new((Epoch(0), HashSet::new())),
             counted: Mutex::new(None),
         });
         let weak: std::sync::Weak<dyn Repair> = Arc::downgrade(&r) as std::sync::Weak<dyn Repair>;
@@ -427,7 +436,7 @@ impl Recoverer {
                     match self.recover(oid, true).await {
                         Ok(()) => self.count(|p| p.done += 1),
                         Err(e) => {
-                            tracing::warn!(%oid, "recovery of the object failed: {e}");
+                            tracing::warn!(me = %self.me, %oid, "recovery of the object failed: {e}");
                             self.count(|p| p.failed += 1);
                         }
                     }
@@ -544,20 +553,31 @@ impl Recoverer {
         // from the first holder that knows its copy is current, without comparing
         // digests first (each digest reads the whole object on its holder).
         if !blocking(self.local.store(), move |s| s.exists(oid)).await? {
-            for &src in &others {
+            // Only from a node it is placed on: another's copy no longer takes writes.
+            for &src in others.iter().filter(|n| placed.contains(n)) {
                 match self.copy(oid, len, src, false, limited).await {
                     Ok(()) => return Ok(()),
-                    Err(e) => tracing::debug!(%oid, node = %src, "direct fetch failed: {e}"),
+                    Err(e) => {
+                        tracing::debug!(me = %self.me, %oid, node = %src, "direct fetch failed: {e}")
+                    }
                 }
             }
         }
+        // Every answer counts as one (a node that dropped its copy holds no write
+        // the others lack); only some are sources.
         let mut digests = self.digests_of(&others, oid, len, view.map.epoch).await;
         let mine = self.local.digest(oid, len).await?;
-        let mut source = pick_source(self.me, mine, &digests);
+        // A copy in the VDI's home zone when it took its version's writes.
+        let near = |n: NodeId, at: Epoch| {
+            let zone = view.map.node(n).map(|x| x.zone.as_str());
+            vdi.home_at(at).is_some_and(|h| zone == Some(h))
+        };
+        let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every
-            // acknowledged write only if every node that took writes since its last
-            // one answered too; else wait (the pass is retried) rather than make a
+            // acknowledged write only if, for every epoch since its last one, a node
+            // that took every write of that epoch answered too ([`View::unvouched`]);
+            // else wait (the pass is retried) rather than make a
             // stale copy current, which would then overwrite the newer one when its
             // node comes back. Up nodes among them that were not asked (they no
             // longer hold the object) are asked now.
@@ -574,16 +594,26 @@ impl Recoverer {
                 .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
                 .collect();
             if !unasked.is_empty() {
-                digests.extend(self.digests_of(&unasked, oid, len, view.map.epoch).await);
-                source = pick_source(self.me, mine, &digests);
+                let more = self.digests_of(&unasked, oid, len, view.map.epoch).await;
+                digests.extend(more);
+                source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
             }
             // A higher version found among them only narrows the set; a current copy
             // found among them ends the question.
-            let silent: Vec<NodeId> = view
-                .placed_since(oid, since(&source))
-                .into_iter()
-                .filter(|&n| !answered(&digests, n))
-                .collect();
+            // A corrupt copy of a later version than the best readable one holds
+            // writes that copy lacks: it does not answer for its epochs (`drove sim
+            // faults --seed 242 --time 40s`: a flipped copy of a later version
+            // vouched for a source without its writes). One of the same or an
+            // earlier version holds none the best copy lacks, and does.
+            let best = source.map(|(_, d, _)| d.version);
+            let vouches = |d: &ObjDigest| !d.corrupt || Some(d.version) <= best;
+            let readable = |n: NodeId| {
+                if n == self.me {
+                    return vouches(&mine);
+                }
+                digests.iter().any(|(m, d)| *m == n && vouches(d))
+            };
+            let silent = view.unvouched(oid, since(&source), &readable);
             if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
                 return Err(Error::unavailable(format!(
                     "No copy of object {oid} is known current, and nodes {silent:?}, which \
@@ -592,6 +622,11 @@ impl Recoverer {
                 )));
             }
         }
+        tracing::debug!(
+            me = %self.me, %oid, ?placed, ?mine,
+            digests = ?digests, source = ?source.map(|s| (s.0, s.2)),
+            "recovery: copies compared"
+        );
         let Some((src, d, force)) = source else {
             // No copy anywhere else: this one (or nothing) is all there is.
             cu.mark_current(oid);
@@ -627,7 +662,7 @@ impl Recoverer {
                 Ok((PeerResp::Digests(d), _)) if d.len() == 1 => Some((n, d[0])),
                 Ok(_) => None,
                 Err(e) => {
-                    tracing::debug!(%oid, node = %n, "no digest: {e}");
+                    tracing::debug!(me = %self.me, %oid, node = %n, "no digest: {e}");
                     None
                 }
             }
@@ -709,7 +744,7 @@ impl Recoverer {
         .await?;
         cu.mark_current(oid);
         self.count(|p| p.bytes += written);
-        tracing::debug!(%oid, from = %src, bytes = written, fetch_ms, write_ms = t0.elapsed().as_millis() - fetch_ms, "object recovered");
+        tracing::debug!(me = %self.me, %oid, from = %src, bytes = written, fetch_ms, write_ms = t0.elapsed().as_millis() - fetch_ms, "object recovered");
         Ok(())
     }
 
@@ -769,10 +804,22 @@ impl Recoverer {
                 blocking(self.local.store(), move |s| s.delete(oid)).await?;
                 cu.mark_current(oid);
                 left -= 1;
-                tracing::debug!(%oid, "dropped a copy that moved away");
+                tracing::debug!(me = %self.me, %oid, "dropped a copy that moved away");
             }
         }
         Ok(left)
+    }
+}
+
+impl Recoverer {
+    fn note_absent(&self, epoch: Epoch, oid: ObjectId) {
+        let mut a = self.absent.lock();
+        if a.0 != epoch {
+            *a = (epoch, HashSet::new());
+        }
+        if a.1.len() < ABSENT_KEPT {
+            a.1.insert(oid);
+        }
     }
 }
 
@@ -781,14 +828,47 @@ impl Repair for Recoverer {
         Box::pin(self.recover(oid, false))
     }
 
-    fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>> {
+    fn absence_known(&self, oid: ObjectId) -> bool {
+        let view = self.view();
+        let epoch = view.map.epoch;
+        {
+            let a = self.absent.lock();
+            if a.0 == epoch && a.1.contains(&oid) {
+                return true;
+            }
+        }
+        if view.absence_unsure(self.me, oid) {
+            return false;
+        }
+        self.note_absent(epoch, oid);
+        true
+    }
+
+    fn confirm_absent(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let slot = self.slot(oid);
-            let _one = slot.lock().await;
-            if from == self.me {
-                self.local.catchup().mark_current(oid);
+            if self.absence_known(oid) {
                 return Ok(());
             }
+            let epoch = self.view().map.epoch;
+            tracing::debug!(me = %self.me, %oid, "no copy here and a node that held it is down: recovering it first");
+            self.local.catchup().mark_pending(oid);
+            self.recover(oid, false).await?;
+            self.note_absent(epoch, oid);
+            Ok(())
+        })
+    }
+
+    fn repair_from(&self, oid: ObjectId, len: u32, from: NodeId) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if from == self.me {
+                // This copy is to win: one not known current is recovered first, as
+                // any would be. Marked current as it stood, it once replaced the
+                // copies of nodes that took later writes and were not asked
+                // (`drove sim faults --seed 672 --time 40s`).
+                return self.recover(oid, false).await;
+            }
+            let slot = self.slot(oid);
+            let _one = slot.lock().await;
             self.copy(oid, len, from, true, false).await
         })
     }

@@ -20,7 +20,7 @@
 //!   [`Lane::take`], ships them and reports with [`Lane::finish`].
 use bytes::{Bytes, BytesMut};
 use drove_proto::PeerReq;
-use drove_types::{Epoch, NodeId, ObjectId, Result, VdiInfo};
+use drove_types::{Epoch, NodeId, ObjVersion, ObjectId, Result, VdiInfo};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -111,13 +111,15 @@ impl Op {
         self.payload().len() as u64 + ENTRY_OVERHEAD
     }
 
-    /// The peer request for it, under lock `generation`, on a map of `epoch`.
+    /// The peer request for it, under lock `generation`, on a map of `epoch`, for
+    /// a write acknowledged under the map of `made` (see [`PeerReq::Write`]).
     pub(crate) fn request(
         &self,
         oid: ObjectId,
         fua: bool,
         generation: u64,
         epoch: Epoch,
+        made: Epoch,
         forward: Vec<NodeId>,
     ) -> PeerReq {
         match self {
@@ -128,6 +130,7 @@ impl Op {
                 epoch,
                 generation,
                 forward,
+                made,
             },
             Op::Zeroes { offset, len } => PeerReq::WriteZeroes {
                 oid,
@@ -137,12 +140,14 @@ impl Op {
                 epoch,
                 generation,
                 forward,
+                made,
             },
             Op::Create { .. } => PeerReq::Create {
                 oid,
                 epoch,
                 generation,
                 forward,
+                made,
             },
         }
     }
@@ -158,6 +163,12 @@ pub(crate) struct Entry {
     pub op: Op,
     /// The lock generation it was written under.
     pub generation: u64,
+    /// The epoch of the map the home-zone copies took it on: the far copies record
+    /// it as their version, so that one shipped after the map moved on does not
+    /// claim a later version than the home copies' (it would then be recovered
+    /// from over them, short of the writes not shipped yet: `drove sim faults
+    /// --seed 192 --time 40s`).
+    pub made: Epoch,
     /// How many home-zone copies acknowledged it (they count towards `min_copies`
     /// when a copy elsewhere fails).
     pub near_applied: usize,
@@ -390,7 +401,7 @@ impl Lane {
         vdi: Arc<VdiInfo>,
         oid: ObjectId,
         op: Op,
-        generation: u64,
+        written: ObjVersion,
         near_applied: usize,
         wait_done: bool,
         on_wait: impl Fn(),
@@ -425,7 +436,8 @@ impl Lane {
                         oid,
                         vdi,
                         op,
-                        generation,
+                        generation: written.generation,
+                        made: Epoch(written.epoch),
                         near_applied,
                         seq,
                         at: now,

@@ -24,6 +24,12 @@ fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
     })
 }
 
+/// The version every test write is made under.
+const WRITTEN: ObjVersion = ObjVersion {
+    generation: 1,
+    epoch: 1,
+};
+
 fn write(offset: u64, len: usize, seed: u8) -> Op {
     Op::Write {
         offset,
@@ -36,7 +42,7 @@ async fn push(lane: &Lane, v: &Arc<VdiInfo>, index: u32, op: Op) {
         v.clone(),
         ObjectId::new(v.id, index),
         op,
-        1,
+        WRITTEN,
         2,
         false,
         || {},
@@ -107,7 +113,7 @@ async fn test_a_sequential_stream_is_merged_up_to_the_limit() {
                 v.clone(),
                 oid,
                 write(i * 4096, 4096, i as u8),
-                1,
+                WRITTEN,
                 2,
                 true,
                 || {},
@@ -215,7 +221,7 @@ async fn test_a_waiter_learns_that_its_write_was_given_up() {
             v.clone(),
             ObjectId::new(v.id, 0),
             write(0, 10, 1),
-            1,
+            WRITTEN,
             0,
             true,
             || {},
@@ -242,7 +248,15 @@ async fn test_an_object_is_pending_until_its_last_write_is_shipped_merged_or_not
     let oid = ObjectId::new(v.id, 0);
     for i in 0..3u64 {
         let _ = lane
-            .push(v.clone(), oid, write(i * 4096, 4096, 1), 1, 2, true, || {})
+            .push(
+                v.clone(),
+                oid,
+                write(i * 4096, 4096, 1),
+                WRITTEN,
+                2,
+                true,
+                || {},
+            )
             .await;
     }
     push(&lane, &v, 1, write(0, 4096, 1)).await;
@@ -275,7 +289,7 @@ async fn test_a_lane_keeps_at_most_its_byte_budget_in_flight() {
                 v.clone(),
                 ObjectId::new(v.id, i),
                 write(0, 1 << 20, 1),
-                1,
+                WRITTEN,
                 2,
                 true,
                 || {},

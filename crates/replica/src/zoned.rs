@@ -20,6 +20,7 @@
 //!   for what was queued before it and makes the far copies durable.
 use super::*;
 use crate::ship::{Entry, Lane, MAX_FLYING};
+use drove_types::ObjVersion;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 /// The zone of `node` on `map`.
@@ -139,7 +140,7 @@ impl Gateway {
         generation: u64,
     ) -> Result<()> {
         let payload = op.payload();
-        let make = |epoch, forward| op.request(oid, fua, generation, epoch, forward);
+        let make = |epoch, forward| op.request(oid, fua, generation, epoch, epoch, forward);
         loop {
             let map = self.map.get();
             let replicas = self.replicas_on(&map, vdi, oid)?;
@@ -163,7 +164,17 @@ impl Gateway {
                 return Err(failed.swap_remove(i).1);
             }
             if far.is_empty() {
-                return self.degrade(vdi, near_ok, failed).await;
+                let settled = self
+                    .degrade(vdi, near_ok, failed)
+                    .await
+                    .and_then(|()| self.still_on(&map));
+                match settled {
+                    Err(e) if e.kind() == ErrorKind::StaleEpoch => {
+                        self.newer_map(map.epoch).await?;
+                        continue;
+                    }
+                    other => return other,
+                }
             }
             // Wait for the far copies when the near ones are not enough on their own,
             // or when the VDI is no longer zone-sync (its lane is being emptied).
@@ -176,7 +187,10 @@ impl Gateway {
                     Arc::new(vdi.clone()),
                     oid,
                     shipped,
-                    generation,
+                    ObjVersion {
+                        generation,
+                        epoch: map.epoch.0,
+                    },
                     near_ok,
                     wait,
                     on_wait,
@@ -186,7 +200,13 @@ impl Gateway {
                 self.start_lane(vdi.id, lane);
             }
             let Some(done) = done else {
-                return Ok(());
+                match self.still_on(&map) {
+                    Err(_) => {
+                        self.newer_map(map.epoch).await?;
+                        continue;
+                    }
+                    ok => return ok,
+                }
             };
             let far_res = done
                 .await
@@ -194,7 +214,16 @@ impl Gateway {
             far_res?;
             // The far copies have it (or the failed ones were marked down with the
             // near copies counted): settle the near failures with them counted too.
-            return self.degrade(vdi, near_ok + far.len(), failed).await;
+            let settled = self
+                .degrade(vdi, near_ok + far.len(), failed)
+                .await
+                .and_then(|()| self.still_on(&map));
+            match settled {
+                Err(e) if e.kind() == ErrorKind::StaleEpoch => {
+                    self.newer_map(map.epoch).await?;
+                }
+                other => return other,
+            }
         }
     }
 
@@ -251,7 +280,9 @@ impl Gateway {
     async fn ship(&self, e: &Entry) -> Result<()> {
         let mut backoff = Duration::from_millis(100);
         let payload = e.op.payload();
-        let make = |epoch, forward| e.op.request(e.oid, false, e.generation, epoch, forward);
+        let make = |epoch, forward| {
+            e.op.request(e.oid, false, e.generation, epoch, e.made, forward)
+        };
         loop {
             let map = self.map.get();
             let all = drove_placement::locate_vdi(&map, &e.vdi, e.oid);

@@ -18,6 +18,7 @@ fn write(oid: ObjectId, generation: u64, forward: Vec<NodeId>) -> PeerReq {
         epoch: Epoch(1),
         generation,
         forward,
+        made: Epoch(1),
     }
 }
 
@@ -131,6 +132,39 @@ async fn test_a_forged_generation_is_refused_and_does_not_fence_the_real_gateway
             pattern(2, 4096).to_vec()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_write_made_after_the_map_it_is_sent_on_is_refused_and_an_earlier_one_keeps_its_epoch(
+) {
+    let nodes = cluster(2).await;
+    let v = vdi(ReplicationMode::Direct);
+    let oid = ObjectId::new(v.id, 2);
+    let made_at = |e: u64| {
+        let mut req = write(oid, 1, vec![]);
+        if let PeerReq::Write { made, .. } = &mut req {
+            *made = Epoch(e);
+        }
+        req
+    };
+    // A version from the future would win every later recovery.
+    let err = nodes[0]
+        .pool
+        .call(NodeId(2), made_at(9), pattern(3, 4096))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    assert!(err.to_string().contains("epoch 9"), "{err}");
+    assert_eq!(held_anywhere(&nodes, oid), vec![]);
+    // A zone-sync write shipped on a later map than it was made on records the
+    // epoch it was made at: the far copy claims no later version than the home's.
+    nodes[0]
+        .pool
+        .call(NodeId(2), made_at(0), pattern(3, 4096))
+        .await
+        .unwrap();
+    let got = nodes[1].store.version(oid).unwrap();
+    assert_eq!((got.generation, got.epoch), (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -252,6 +252,11 @@ impl SimCluster {
     pub fn apply(&self, cmd: &Command) -> Result<Reply> {
         let now_s = self.now_ms() / 1000;
         let res = self.meta.lock().apply(cmd, now_s);
+        let epoch = self.epoch();
+        match &res {
+            Ok(_) => tracing::debug!(epoch, ?cmd, "metadata: applied"),
+            Err((_, msg)) => tracing::debug!(epoch, ?cmd, "metadata: refused: {msg}"),
+        }
         let reply = res.map_err(|(kind, msg)| Error::new(kind, msg))?;
         self.publish();
         Ok(reply)
@@ -487,6 +492,11 @@ impl SimCluster {
             r.map_err(|e| anyhow::anyhow!("filling the VDIs failed: {e}"))?;
         }
         Ok(())
+    }
+
+    /// The metadata's current map.
+    pub fn map(&self) -> ClusterMap {
+        self.meta.lock().map.clone()
     }
 
     /// The epochs the metadata went through.

@@ -52,10 +52,7 @@ pub struct DcLossReport {
 
 /// Run it.
 pub fn run(opts: &DcLossOpts) -> anyhow::Result<DcLossReport> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()?;
+    let rt = crate::runtime()?;
     rt.block_on(dc_loss(opts.clone()))
 }
 

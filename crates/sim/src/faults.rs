@@ -145,10 +145,7 @@ impl SeedReport {
 
 /// Run seed `seed`.
 pub fn run_seed(seed: u64, opts: &FaultOpts) -> anyhow::Result<SeedReport> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()?;
+    let rt = crate::runtime()?;
     Ok(rt.block_on(run(seed, opts.clone())))
 }
 
@@ -693,6 +690,35 @@ fn judge_read(recs: &[Rec], got: u64, policy: WritePolicy) -> Option<String> {
     None
 }
 
+/// Every node's copy of `oid` (for a failed seed's report): placed or not, known
+/// current or not, its version and checksum.
+async fn copies_of(c: &Arc<SimCluster>, vdi: &VdiInfo, oid: ObjectId) -> String {
+    let map = c.map();
+    let placed = drove_placement::locate_vdi(&map, vdi, oid);
+    let mut out = format!(
+        "  object {oid} (placed on {placed:?} at epoch {}):",
+        map.epoch
+    );
+    for id in c.node_ids() {
+        let Some(n) = c.node(id) else { continue };
+        let Ok(d) = n.local.digest(oid, vdi.object_size).await else {
+            continue;
+        };
+        if d.present || placed.contains(&id) {
+            out.push_str(&format!(
+                " [node {id}{}: {} v{}.{} crc {:08x}{}]",
+                if placed.contains(&id) { " placed" } else { "" },
+                if d.current { "current" } else { "pending" },
+                d.version.generation,
+                d.version.epoch,
+                d.crc,
+                if d.present { "" } else { " missing" },
+            ));
+        }
+    }
+    out
+}
+
 /// Read every block the client wrote and judge what it holds; (acked, failed,
 /// reads) of the client.
 async fn final_check(
@@ -721,14 +747,19 @@ async fn final_check(
     };
     match node.recoverer.check(&vdi, false).await {
         Ok(r) if r.mismatched.is_empty() && r.degraded == 0 => {}
-        Ok(r) => violations.push(format!(
-            "VDI {}: {} of {} objects have differing replicas, {} fewer than {} copies",
-            cl.name,
-            r.mismatched.len(),
-            r.objects,
-            r.degraded,
-            vdi.copies
-        )),
+        Ok(r) => {
+            violations.push(format!(
+                "VDI {}: {} of {} objects have differing replicas, {} fewer than {} copies",
+                cl.name,
+                r.mismatched.len(),
+                r.objects,
+                r.degraded,
+                vdi.copies
+            ));
+            for m in r.mismatched.iter().take(3) {
+                violations.push(copies_of(c, &vdi, m.oid).await);
+            }
+        }
         Err(e) => violations.push(format!("VDI {}: check failed: {e}", cl.name)),
     }
     let home = vdi.home_zone.clone();
@@ -742,6 +773,7 @@ async fn final_check(
                 Some(Model::zone_name(h.zone)) == home && h.at <= t + max_lag && h.until >= t
             })
     };
+    let mut lost_shown = 0;
     for (block, recs) in blocks {
         let (oid, off) = place(&vdi, block);
         let data = match node.gateway.read(&vdi, oid, off, BLOCK as u32).await {
@@ -770,14 +802,22 @@ async fn final_check(
         let must = recs
             .iter()
             .filter(|r| r.acked_at.is_some_and(|t| !exempt(t)))
-            .map(|r| r.seq)
-            .max();
-        if let Some(must) = must {
+            .max_by_key(|r| r.seq);
+        if let Some(&Rec {
+            seq: must,
+            acked_at,
+        }) = must
+        {
             if got < must {
+                let at = acked_at.map_or(0, |t| crate::sim_offset(t).as_millis());
                 violations.push(format!(
-                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged",
+                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged at {at} ms",
                     cl.name, cl.policy
                 ));
+                if lost_shown < 3 {
+                    lost_shown += 1;
+                    violations.push(copies_of(c, &vdi, oid).await);
+                }
             }
         }
     }

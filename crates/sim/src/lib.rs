@@ -35,6 +35,39 @@ pub mod sizestore;
 pub use faults::{run_seed, FaultOpts, SeedReport};
 pub use model::Model;
 
+thread_local! {
+    /// When this thread's simulated runtime started.
+    static STARTED: std::cell::Cell<Option<tokio::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// A runtime for one simulation: one thread, tokio's clock paused; [`sim_time`]
+/// counts from its start.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()?;
+    STARTED.with(|s| s.set(Some(rt.block_on(async { tokio::time::Instant::now() }))));
+    Ok(rt)
+}
+
+/// The simulated time since this thread's last [`runtime`] started (for log
+/// lines); `None` outside a simulation.
+pub fn sim_time() -> Option<std::time::Duration> {
+    let start = STARTED.with(|s| s.get())?;
+    tokio::runtime::Handle::try_current().ok()?;
+    Some(tokio::time::Instant::now().saturating_duration_since(start))
+}
+
+/// `t` as simulated time since this thread's last [`runtime`] started.
+pub fn sim_offset(t: tokio::time::Instant) -> std::time::Duration {
+    STARTED
+        .with(|s| s.get())
+        .map_or(std::time::Duration::ZERO, |s| {
+            t.saturating_duration_since(s)
+        })
+}
+
 /// Run seeds `first..first + count` on `threads` threads (each seed on its own
 /// simulated runtime); the reports in seed order.
 pub fn run_seeds(

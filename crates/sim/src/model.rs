@@ -35,6 +35,10 @@ pub struct Model {
     /// gone) waits before the caller gives it up as silent.
     #[serde(with = "micros")]
     pub give_up: Duration,
+    /// The longest any request waits for its answer, from a node that answers
+    /// (the peer pool's request timeout).
+    #[serde(with = "micros")]
+    pub request_timeout: Duration,
     /// How long a node stays unreachable before the metadata marks it down.
     #[serde(with = "micros")]
     pub down_after: Duration,
@@ -59,6 +63,7 @@ impl Default for Model {
             serve_cost: Duration::from_micros(20),
             client_cost: Duration::from_micros(20),
             give_up: Duration::from_secs(2),
+            request_timeout: drove_replica::PeerTimeouts::default().request,
             down_after: Duration::from_secs(3),
             batch_verdicts: true,
         }
@@ -120,8 +125,8 @@ impl Model {
                 self.client_cost
             ),
             format!(
-                "a silent node is given up after {:?} and marked down after {:?}",
-                self.give_up, self.down_after
+                "a silent node is given up after {:?} and marked down after {:?}; any request after {:?}",
+                self.give_up, self.down_after, self.request_timeout
             ),
         ]
     }

@@ -48,6 +48,8 @@ struct Endpoint {
     up: bool,
     local: Arc<LocalStore>,
     transport: Arc<SimTransport>,
+    /// Set when this incarnation crashes: what it was serving is never answered.
+    dead: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 #[derive(Default)]
@@ -118,6 +120,7 @@ impl SimNet {
                 up: true,
                 local,
                 transport: transport.clone(),
+                dead: Arc::new(tokio::sync::watch::Sender::new(false)),
             },
         );
         transport
@@ -127,6 +130,7 @@ impl SimNet {
     pub fn crash(&self, id: NodeId) {
         if let Some(ep) = self.st.lock().eps.get_mut(&id) {
             ep.up = false;
+            ep.dead.send_replace(true);
         }
     }
 
@@ -274,13 +278,23 @@ impl SimTransport {
             _ => payload.len() as u64,
         };
         tokio::time::sleep_until(self.net.serve(node, moved)).await;
-        let res = drove_replica::local::apply_and_forward(
+        let serve = drove_replica::local::apply_and_forward(
             &ep.local,
             ep.transport.as_ref(),
             &req,
             payload,
-        )
-        .await;
+        );
+        let mut dead = ep.dead.subscribe();
+        // A request its server was still working on when it crashed is never
+        // answered (its tasks stop where they are).
+        let died = async move {
+            let _ = dead.wait_for(|d| *d).await;
+        };
+        let res = tokio::select! {
+            biased;
+            r = serve => r,
+            () = died => return self.lost(node, start).await,
+        };
         let (resp, data) = match res {
             Ok(r) => r,
             Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),
@@ -317,7 +331,17 @@ impl Transport for SimTransport {
                 st.traffic.lists += 1;
             }
         }
-        Box::pin(self.call_inner(node, req, payload))
+        Box::pin(async move {
+            let limit = self.net.model.request_timeout;
+            match tokio::time::timeout(limit, self.call_inner(node, req, payload)).await {
+                Ok(r) => r,
+                // A crashed process does nothing more.
+                Err(_) if !self.alive() => std::future::pending().await,
+                Err(_) => Err(Error::unavailable(format!(
+                    "Node {node} did not answer within {limit:?}"
+                ))),
+            }
+        })
     }
 
     fn rtt(&self, node: NodeId) -> Option<Duration> {

@@ -122,10 +122,7 @@ fn run_point(
     x: usize,
     delay_ms: u64,
 ) -> anyhow::Result<PointResult> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()?;
+    let rt = crate::runtime()?;
     let mut model = opts.model.clone();
     model.zone_delay = Duration::from_millis(delay_ms);
     let (per_client, traffic) = rt.block_on(point(opts, model, policy, op, x))?;

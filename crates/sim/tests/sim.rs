@@ -10,13 +10,16 @@ use drove_sim::{run_seed, run_seeds, Model};
 /// Seeds `make test` runs; `drove sim faults --seeds 10000` runs more.
 const SEEDS: u64 = 300;
 
-/// Crashes and flipped blocks: the faults every seed survives today. Zone cuts and
-/// zone losses still break invariants in some seeds (docs/simulator.md, "Found"):
-/// they join this test when those are fixed.
+/// Every kind of fault: crashes, zone cuts, zone losses and flipped blocks.
 fn small() -> FaultOpts {
     FaultOpts {
         secs: 20,
-        kinds: vec![FaultKind::Crash, FaultKind::Flip],
+        kinds: vec![
+            FaultKind::Crash,
+            FaultKind::Cut,
+            FaultKind::Lose,
+            FaultKind::Flip,
+        ],
         ..FaultOpts::default()
     }
 }
@@ -46,7 +49,7 @@ fn test_a_few_hundred_seeded_fault_runs_keep_every_invariant() {
     assert!(faults as u64 >= SEEDS, "about two faults a run: {faults}");
     assert!(acked > SEEDS * 100, "the clients wrote: {acked}");
     assert!(reads > SEEDS * 10, "the clients read: {reads}");
-    for kind in ["crashes", "flips"] {
+    for kind in ["crashes", "is cut off", "is lost", "flips"] {
         assert!(
             reports
                 .iter()

@@ -6,7 +6,7 @@
 //! these decide.
 use drove_placement::locate_vdi;
 use drove_proto::ObjDigest;
-use drove_types::{ClusterMap, Epoch, NodeId, NodeState, ObjectId, VdiId, VdiInfo};
+use drove_types::{ClusterMap, Epoch, NodeId, NodeState, ObjectId, VdiId, VdiInfo, WritePolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -68,6 +68,76 @@ impl View {
             .collect()
     }
 
+    /// The nodes recovery of `oid` still waits for, when no copy is known current
+    /// and the best copy's last write was made at epoch `since`: for each map from
+    /// `since` on, the nodes that took every write acknowledged under it (its
+    /// witnesses), unless one of them has `answered`. A sync write is acknowledged
+    /// once every node it is placed on has it (a failed one is marked down first
+    /// and the write sent again on the new map), so any one of them answers for
+    /// that epoch. A zone-sync write is acknowledged once the home zone's copies
+    /// have it: only those answer for it, while that zone is still the VDI's home.
+    /// Once the home has moved (`drove vdi promote` after losing the zone, or a
+    /// move), the writes the old home had not shipped yet are given up, as the
+    /// promotion states, and every copy answers for those epochs. A node removed
+    /// from the map was declared gone and is not waited for. Asking every node
+    /// placed since `since` instead made a sync VDI unwritable from the far zone
+    /// after its home zone was lost (e2e_zonesync), where the far copies took every
+    /// write.
+    pub(super) fn unvouched(
+        &self,
+        oid: ObjectId,
+        since: Epoch,
+        answered: &dyn Fn(NodeId) -> bool,
+    ) -> BTreeSet<NodeId> {
+        let Some(v) = self.vdis.get(&oid.vdi) else {
+            return BTreeSet::new();
+        };
+        let mut out = BTreeSet::new();
+        let maps = self.history.iter().filter(|m| m.epoch >= since);
+        for m in maps.chain(std::iter::once(&*self.map)) {
+            let placed = locate_vdi(m, v, oid);
+            let home = match v.policy {
+                WritePolicy::ZoneSync if v.home_at(m.epoch) == v.home_zone.as_deref() => {
+                    v.home_zone.as_deref()
+                }
+                _ => None,
+            };
+            let in_home = |n: &NodeId| home.is_none_or(|h| m.node(*n).is_some_and(|x| x.zone == h));
+            let mut witnesses: Vec<NodeId> = placed.iter().copied().filter(in_home).collect();
+            if witnesses.is_empty() {
+                // No home copy up under this map: its writes went to every copy.
+                witnesses = placed;
+            }
+            witnesses.retain(|n| self.map.node(*n).is_some());
+            if !witnesses.iter().any(|&n| answered(n)) {
+                out.extend(witnesses);
+            }
+        }
+        out
+    }
+
+    /// Whether `me`, which has no copy of `oid`, cannot vouch that there is
+    /// nothing to have: a node that is down now (so its copy, if any, was never
+    /// listed) held the object at an epoch at which `me` did not, or at which `me`
+    /// had not yet been up since its last time down. A node up and placed beside it
+    /// took every write it took: a write one of them missed was acknowledged only
+    /// after that one was marked down.
+    pub(super) fn absence_unsure(&self, me: NodeId, oid: ObjectId) -> bool {
+        let Some(v) = self.vdis.get(&oid.vdi) else {
+            return false;
+        };
+        let maps = || self.history.iter().chain(std::iter::once(&*self.map));
+        let up = |m: &ClusterMap| m.node(me).is_some_and(|n| n.state == NodeState::Up);
+        let last_down = maps().filter(|m| !up(m)).map(|m| m.epoch).max();
+        let down_now =
+            |n: NodeId| n != me && self.map.node(n).is_some_and(|x| x.state != NodeState::Up);
+        maps().any(|m| {
+            let placed = locate_vdi(m, v, oid);
+            let beside = placed.contains(&me) && last_down.is_none_or(|d| m.epoch > d);
+            !beside && placed.into_iter().any(down_now)
+        })
+    }
+
     /// The maps of epochs after `after` up to the current one.
     pub(super) fn maps_after(&self, after: Epoch) -> Vec<&ClusterMap> {
         self.history.iter().filter(|m| m.epoch > after).collect()
@@ -79,28 +149,72 @@ impl View {
     }
 }
 
+/// What nodes say of their copies of an object, as recovery may use it: a node the
+/// object is not placed on now (a holder of an earlier listing) no longer takes its
+/// writes, so its copy is never known current, whatever its holder recorded, and a
+/// copy missing there says nothing (it was dropped). Taken as current, such a
+/// node's "missing" was chosen as the source again and again and refused each time
+/// (`drove sim faults --seed 213 --faults cut --time 20s` never became clean).
+pub(super) fn as_sources(
+    placed: &[NodeId],
+    digests: Vec<(NodeId, ObjDigest)>,
+) -> Vec<(NodeId, ObjDigest)> {
+    digests
+        .into_iter()
+        .filter_map(|(n, mut d)| {
+            if placed.contains(&n) {
+                return Some((n, d));
+            }
+            d.current = false;
+            d.present.then_some((n, d))
+        })
+        .collect()
+}
+
 /// The copy of an object to recover from, and whether its holder must be asked to
 /// send it although it does not know it to be current (`force`): a copy its holder
-/// knows to be current, in the order given; else, nobody's copy being known
+/// knows to be current, in the order given, unless it was outside the VDI's home
+/// zone when it took its version's writes and a copy of the same version was in it
+/// (that one is taken, `me` first: the far copy became current while every home
+/// copy was down, short of the writes the home zone had not shipped yet; taken,
+/// it overwrote them when the home zone came back, `drove sim faults --seed 192
+/// --time 40s`); else, nobody's copy being known
 /// current, the one with the highest version (the last writer's, see
-/// [`drove_types::ObjVersion`]), then the latest clean epoch, then the first in
-/// order, `me` counted first. A copy's version is what it took; a node's clean epoch
-/// only says it had caught up at some epoch, not that it held this object then (a
-/// node alone in the map holds nothing and is clean at once), so it only breaks ties.
-pub(super) fn pick_source(
+/// [`drove_types::ObjVersion`]), then one `near` says was in the VDI's home zone
+/// when it took that version's writes, then the latest clean epoch, then the first
+/// in order, `me` counted first. A version names the epoch and lock of a copy's
+/// last write, not the write: copies of one version differ when a zone-sync write
+/// reached the home zone and not yet the copy outside it, which lags and never
+/// leads (`drove sim faults --seed 824 --time 40s`: the far copy, short of the
+/// last writes, was chosen over the home copies of its version). A node's clean
+/// epoch only says it had caught up at some epoch, not that it held this object
+/// then (a node alone in the map holds nothing and is clean at once), so it only
+/// breaks ties.
+pub(crate) fn pick_source(
     me: NodeId,
     mine: ObjDigest,
     others: &[(NodeId, ObjDigest)],
+    near: &dyn Fn(NodeId, Epoch) -> bool,
 ) -> Option<(NodeId, ObjDigest, bool)> {
-    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
-        return Some((*n, *d, false));
-    }
     let me = (me, mine);
+    if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
+        let at = Epoch(d.version.epoch);
+        let home = std::iter::once(&me)
+            .chain(others.iter())
+            .find(|(m, x)| x.version == d.version && x.present && !x.corrupt && near(*m, at));
+        return match home {
+            Some((m, x)) if !near(*n, at) => Some((*m, *x, !x.current)),
+            _ => Some((*n, *d, false)),
+        };
+    }
     std::iter::once(&me)
         .chain(others.iter())
         .filter(|(_, d)| !d.corrupt && d.present)
         .rev()
-        .max_by_key(|(_, d)| (d.version, d.clean_epoch))
+        .max_by_key(|(n, d)| {
+            let home = near(*n, Epoch(d.version.epoch));
+            (d.version, home, d.clean_epoch)
+        })
         .map(|(n, d)| (*n, *d, true))
 }
 
@@ -108,6 +222,11 @@ pub(super) fn pick_source(
 mod tests {
     use super::*;
     use drove_types::ObjVersion;
+
+    /// No copy counts as the home zone's.
+    fn none(_: NodeId, _: Epoch) -> bool {
+        false
+    }
 
     fn d(current: bool, version: (u64, u64), clean: u64, crc: u32) -> ObjDigest {
         ObjDigest {
@@ -141,6 +260,60 @@ mod tests {
     }
 
     #[test]
+    fn test_of_copies_of_one_version_a_home_zone_one_is_taken_over_a_lagging_far_one() {
+        let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
+        let v = d(false, (1, 18), 20, 7);
+        let far_v = d(false, (1, 18), 30, 8);
+        let home = |n: NodeId, at: Epoch| n != n1 && at == Epoch(18);
+        // n1, outside the home zone, has the later clean epoch and comes first.
+        let (src, _, force) = pick_source(n1, far_v, &[(n2, v), (n3, v)], &home).unwrap();
+        assert!(src == n2 || src == n3, "{src}");
+        assert!(force);
+        // Without a home zone the clean epoch still decides.
+        assert_eq!(pick_source(n1, far_v, &[(n2, v)], &none).unwrap().0, n1);
+        // A higher version outside the home zone still wins.
+        let newer = d(false, (1, 19), 5, 9);
+        assert_eq!(pick_source(n1, newer, &[(n2, v)], &home).unwrap().0, n1);
+        // A far copy known current (made so while the home zone was down) is passed
+        // over for a home copy of its version, known current or not...
+        let far_current = d(true, (1, 18), 30, 8);
+        let (src, _, force) = pick_source(n2, v, &[(n1, far_current)], &home).unwrap();
+        assert_eq!((src, force), (n2, true));
+        let (src, _, force) = pick_source(n3, v, &[(n1, far_current), (n2, v)], &home).unwrap();
+        assert_eq!((src, force), (n3, true));
+        // ...but not for a home copy of an older version.
+        let old = d(false, (1, 17), 30, 6);
+        let (src, _, force) = pick_source(n2, old, &[(n1, far_current)], &home).unwrap();
+        assert_eq!((src, force), (n1, false));
+    }
+
+    #[test]
+    fn test_a_node_the_object_moved_away_from_is_never_current_and_its_missing_copy_no_answer() {
+        let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
+        let newer = d(true, (2, 7), 5, 9);
+        let older = d(false, (2, 4), 5, 1);
+        let gone = ObjDigest {
+            present: false,
+            ..newer
+        };
+        let placed = [n1, n2];
+        let ds = as_sources(&placed, vec![(n2, older), (n3, newer)]);
+        assert_eq!(ds.len(), 2);
+        assert!(!ds[1].1.current, "n3 holds an earlier placement's copy");
+        // The highest version still wins, fetched by force.
+        let (src, _, force) = pick_source(n1, older, &ds, &none).unwrap();
+        assert_eq!((src, force), (n3, true));
+        // A placed node's copy known current goes first.
+        let ds = as_sources(&placed, vec![(n3, newer), (n2, newer)]);
+        assert_eq!(pick_source(n1, older, &ds, &none).unwrap().0, n2);
+        // A dropped copy on an unplaced node is no answer at all.
+        let ds = as_sources(&placed, vec![(n3, gone)]);
+        assert!(ds.is_empty());
+        let ds = as_sources(&placed, vec![(n2, gone)]);
+        assert_eq!(ds.len(), 1);
+    }
+
+    #[test]
     fn test_backfill_full_holds_back_at_and_past_the_limit() {
         assert!(!backfill_full(89.9, 90));
         assert!(backfill_full(90.0, 90));
@@ -157,11 +330,9 @@ mod tests {
         assert_eq!(nothing.used_pct(), 100.0, "an empty disk has no room");
     }
 
-    #[test]
-    fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
-        use NodeState::{Down, Up};
-        let oid = ObjectId::new(VdiId(7), 0);
-        let vdi = VdiInfo {
+    /// VDI 7: 64 MiB of 4 MiB objects, two copies.
+    fn vdi7() -> VdiInfo {
+        VdiInfo {
             id: VdiId(7),
             name: "t".into(),
             size: 64 << 20,
@@ -180,7 +351,111 @@ mod tests {
             max_lag_bytes: None,
             nbd_clients: Vec::new(),
             past_homes: Vec::new(),
+        }
+    }
+
+    fn view_of(vdi: &VdiInfo, maps: Vec<ClusterMap>) -> View {
+        View {
+            map: Arc::new(maps.last().unwrap().clone()),
+            vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
+            history: Arc::new(maps),
+            noout: false,
+            backfill_full_pct: 90,
+        }
+    }
+
+    #[test]
+    fn test_a_missing_copy_is_vouched_for_only_by_a_node_up_and_placed_beside_every_down_holder() {
+        use NodeState::{Down, Up};
+        let vdi = vdi7();
+        let oid = ObjectId::new(VdiId(7), 0);
+        // Epoch 1: four nodes up; the object on two of them (a, b).
+        let m1 = map(1, &[(1, Up), (2, Up), (3, Up), (4, Up)]);
+        let ab = drove_placement::locate(&m1, oid, 2);
+        let (a, b) = (ab[0], ab[1]);
+        let others: Vec<NodeId> = (1..=4).map(NodeId).filter(|n| !ab.contains(n)).collect();
+        // Epoch 2: a goes down (its write failed, say): b was beside it all along.
+        let mut m2 = m1.clone();
+        m2.epoch = Epoch(2);
+        m2.nodes.get_mut(&a).unwrap().state = Down;
+        let v2 = view_of(&vdi, vec![m1.clone(), m2.clone()]);
+        assert!(!v2.absence_unsure(b, oid), "b took every write a took");
+        // The node that gained the object at epoch 2 was not beside a.
+        let gained = *drove_placement::locate(&m2, oid, 2)
+            .iter()
+            .find(|n| **n != b)
+            .unwrap();
+        assert!(others.contains(&gained));
+        assert!(v2.absence_unsure(gained, oid));
+        // Epoch 3: b goes down as well; epoch 4: b is back. b was down since it
+        // stood beside a, so it no longer vouches (it may have missed a's writes).
+        let mut m3 = m2.clone();
+        m3.epoch = Epoch(3);
+        m3.nodes.get_mut(&b).unwrap().state = Down;
+        let mut m4 = m3.clone();
+        m4.epoch = Epoch(4);
+        m4.nodes.get_mut(&b).unwrap().state = Up;
+        let v4 = view_of(&vdi, vec![m1.clone(), m2.clone(), m3, m4]);
+        assert!(v4.absence_unsure(b, oid));
+        // Nobody down: nothing unheard of.
+        let v1 = view_of(&vdi, vec![m1]);
+        assert!(!v1.absence_unsure(others[0], oid));
+    }
+
+    #[test]
+    fn test_an_epoch_is_vouched_for_by_one_node_that_took_all_its_writes() {
+        use NodeState::{Down, Up};
+        // Two zones: z1 = {1, 3}, z2 = {2, 4}. Epoch 1: all up. Epoch 2: z2 is down.
+        let zoned = |epoch: u64, z2: NodeState| {
+            let mut m = map(epoch, &[(1, Up), (2, z2), (3, Up), (4, z2)]);
+            for (id, n) in m.nodes.iter_mut() {
+                n.zone = if id.0 % 2 == 1 { "z1" } else { "z2" }.into();
+            }
+            m
         };
+        let (m1, m2) = (zoned(1, Up), zoned(2, Down));
+        let far = |n: NodeId| n.0 % 2 == 1;
+        let nobody = |_: NodeId| false;
+        let oid = ObjectId::new(VdiId(7), 3);
+        let mut sync = vdi7();
+        sync.copies = 3;
+        sync.home_zone = Some("z2".into());
+        let v = view_of(&sync, vec![m1.clone(), m2.clone()]);
+        // Sync: every copy took every write, so the far zone's answers do.
+        assert!(v.unvouched(oid, Epoch(0), &far).is_empty());
+        let all: BTreeSet<NodeId> = [&m1, &m2]
+            .into_iter()
+            .flat_map(|m| locate_vdi(m, &sync, oid))
+            .collect();
+        assert_eq!(v.unvouched(oid, Epoch(0), &nobody), all);
+        // Zone-sync: only the home copies took every write of epoch 1.
+        let mut zs = sync.clone();
+        zs.policy = WritePolicy::ZoneSync;
+        let v = view_of(&zs, vec![m1.clone(), m2.clone()]);
+        let home: BTreeSet<NodeId> = [NodeId(2), NodeId(4)].into();
+        assert_eq!(v.unvouched(oid, Epoch(0), &far), home);
+        // ...unless the version answered is from epoch 2, when no home copy was up.
+        assert!(v.unvouched(oid, Epoch(2), &far).is_empty());
+        // Promoted to z1 from epoch 3 on: the old home's unshipped writes are given up.
+        zs.home_zone = Some("z1".into());
+        zs.past_homes = vec![drove_types::PastHome {
+            zone: Some("z2".into()),
+            until: Epoch(3),
+        }];
+        let v = view_of(&zs, vec![m1.clone(), m2.clone(), zoned(3, Down)]);
+        assert!(v.unvouched(oid, Epoch(0), &far).is_empty());
+        // Nodes removed from the map are not waited for.
+        let mut m3 = zoned(3, Down);
+        m3.nodes.retain(|id, _| far(*id));
+        let v = view_of(&sync, vec![m1, m2, m3]);
+        assert!(v.unvouched(oid, Epoch(0), &nobody).iter().all(|&n| far(n)));
+    }
+
+    #[test]
+    fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
+        use NodeState::{Down, Up};
+        let oid = ObjectId::new(VdiId(7), 0);
+        let vdi = vdi7();
         // Epoch 1: three nodes up. Epoch 2: the object's first holder goes down, so
         // the third node takes its place. Epoch 3: that holder is removed.
         let m1 = map(1, &[(1, Up), (2, Up), (3, Up)]);
@@ -192,13 +467,7 @@ mod tests {
         let mut m3 = m2.clone();
         m3.epoch = Epoch(3);
         m3.nodes.remove(&first[0]);
-        let view = |maps: Vec<ClusterMap>| View {
-            map: Arc::new(maps.last().unwrap().clone()),
-            vdis: Arc::new(BTreeMap::from([(vdi.id, vdi.clone())])),
-            history: Arc::new(maps),
-            noout: false,
-            backfill_full_pct: 90,
-        };
+        let view = |maps: Vec<ClusterMap>| view_of(&vdi, maps);
         let v2 = view(vec![m1.clone(), m2.clone()]);
         let all: BTreeSet<NodeId> = [1, 2, 3].map(NodeId).into();
         assert_eq!(v2.placed_since(oid, Epoch(1)), all);
@@ -228,28 +497,28 @@ mod tests {
         // and 3 took generation 2's writes at epoch 4. Nobody knows its copy current.
         let stale = d(false, (1, 2), 6, 0xAA);
         let newer = d(false, (2, 4), 4, 0xCC);
-        let (src, got, force) = pick_source(n1, stale, &[(n2, newer), (n3, newer)]).unwrap();
+        let (src, got, force) = pick_source(n1, stale, &[(n2, newer), (n3, newer)], &none).unwrap();
         assert_eq!((src, got.crc, force), (n2, 0xCC, true));
         // Same generation: the later epoch wins.
         let old_epoch = d(false, (2, 3), 9, 0x11);
-        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)]).unwrap();
+        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)], &none).unwrap();
         assert_eq!(src, n1);
         // Equal versions: the later clean epoch, then the first in order (me first).
-        let (src, ..) = pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))]).unwrap();
+        let (src, ..) = pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))], &none).unwrap();
         assert_eq!(src, n2);
-        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)]).unwrap();
+        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)], &none).unwrap();
         assert_eq!(src, n1);
         // A copy known current wins whatever its version, unless it is corrupt;
         // corrupt and missing copies are never sources.
         let current = d(true, (1, 1), 1, 7);
-        let (src, _, force) = pick_source(n1, newer, &[(n2, current)]).unwrap();
+        let (src, _, force) = pick_source(n1, newer, &[(n2, current)], &none).unwrap();
         assert_eq!((src, force), (n2, false));
         let mut bad = current;
         bad.corrupt = true;
         let mut gone = newer;
         gone.present = false;
-        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)]).unwrap();
+        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)], &none).unwrap();
         assert_eq!(src, n1);
-        assert!(pick_source(n1, gone, &[(n2, bad)]).is_none());
+        assert!(pick_source(n1, gone, &[(n2, bad)], &none).is_none());
     }
 }
