@@ -183,10 +183,7 @@ impl Recoverer {
             return false;
         };
         let view = self.view();
-        let near = |n: NodeId, at: drove_types::Epoch| {
-            let zone = view.map.node(n).map(|x| x.zone.as_str());
-            vdi.home_at(at).is_some_and(|h| zone == Some(h))
-        };
+        let near = |n: NodeId, at: drove_types::Epoch| view.in_home(vdi, n, at);
         let src = if mine.current {
             Some((first, mine))
         } else {

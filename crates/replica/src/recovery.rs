@@ -568,10 +568,7 @@ impl Recoverer {
         let mut digests = self.digests_of(&others, oid, len, view.map.epoch).await;
         let mine = self.local.digest(oid, len).await?;
         // A copy in the VDI's home zone when it took its version's writes.
-        let near = |n: NodeId, at: Epoch| {
-            let zone = view.map.node(n).map(|x| x.zone.as_str());
-            vdi.home_at(at).is_some_and(|h| zone == Some(h))
-        };
+        let near = |n: NodeId, at: Epoch| view.in_home(vdi, n, at);
         let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every

@@ -46,6 +46,13 @@ pub(super) fn as_if_up(map: &ClusterMap) -> ClusterMap {
 }
 
 impl View {
+    /// Whether node `n` is in the zone that was `vdi`'s home at epoch `at` (the
+    /// copy recovery and settling prefer among copies of one version).
+    pub(crate) fn in_home(&self, vdi: &VdiInfo, n: NodeId, at: Epoch) -> bool {
+        let zone = self.map.node(n).map(|x| x.zone.as_str());
+        vdi.home_at(at).is_some_and(|h| zone == Some(h))
+    }
+
     pub(super) fn holds(&self, map: &ClusterMap, node: NodeId, oid: ObjectId) -> bool {
         self.vdis
             .get(&oid.vdi)
