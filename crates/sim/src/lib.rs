@@ -40,12 +40,24 @@ thread_local! {
     static STARTED: std::cell::Cell<Option<tokio::time::Instant>> = const { std::cell::Cell::new(None) };
 }
 
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "drove-sim needs tokio built with --cfg tokio_unstable (set in .cargo/config.toml; \
+     a RUSTFLAGS variable replaces it: add --cfg tokio_unstable to it)"
+);
+
 /// A runtime for one simulation: one thread, tokio's clock paused; [`sim_time`]
 /// counts from its start.
+///
+/// tokio's own random choices are seeded, so they are the same in every run: a
+/// `watch` receiver waits on one of 8 queues picked at random, so the tasks one
+/// send wakes run in an order that would otherwise differ from run to run (and
+/// so would `tokio::select!` without `biased`).
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(b"drove-sim"))
         .build()?;
     STARTED.with(|s| s.set(Some(rt.block_on(async { tokio::time::Instant::now() }))));
     Ok(rt)

@@ -128,6 +128,7 @@ impl Model {
                 "a silent node is given up after {:?} and marked down after {:?}; any request after {:?}",
                 self.give_up, self.down_after, self.request_timeout
             ),
+            "the clock ticks every 1 ms (tokio's timer): a wait ending between two ticks ends on one of them at random, keeping its mean".to_string(),
         ]
     }
 }

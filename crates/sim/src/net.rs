@@ -24,9 +24,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::model::Model;
+use crate::rng::Rng;
 
 /// Request framing on the wire, bytes (header and checksum, roughly a peer frame's).
 const FRAME: u64 = 64;
+
+/// tokio's timer fires on whole milliseconds ("operates at millisecond
+/// granularity", its `sleep` documentation says).
+const TICK_NS: u64 = 1_000_000;
+
+/// The seed of the draws that put waits on ticks.
+const TICK_SEED: u64 = 0x7469_636b;
 
 /// Bytes moved between nodes since the start (or the last [`SimNet::take_traffic`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -66,6 +74,8 @@ struct NetState {
     silenced: BTreeMap<(NodeId, NodeId), Instant>,
     traffic: Traffic,
     incarnations: u64,
+    /// Draws which tick a wait ends on ([`SimNet::wake`]).
+    ticks: Rng,
 }
 
 /// The network between the simulated nodes.
@@ -87,7 +97,10 @@ impl SimNet {
     pub fn new(model: Model) -> Arc<SimNet> {
         Arc::new(SimNet {
             model,
-            st: Mutex::new(NetState::default()),
+            st: Mutex::new(NetState {
+                ticks: Rng::new(TICK_SEED),
+                ..NetState::default()
+            }),
         })
     }
 
@@ -207,6 +220,30 @@ impl SimNet {
         done
     }
 
+    /// The instant to sleep until for a wait the model ends at `t`.
+    ///
+    /// The simulated clock is tokio's, whose timer fires on whole milliseconds: a
+    /// wait ending between two ticks would end at the later one, and a write made
+    /// of four waits of 0.1 ms would take 4 ms. Instead such a wait ends at the
+    /// later tick with a chance equal to how far past the earlier tick it ends,
+    /// else at the earlier one (at once, when that is now). Each wait keeps its
+    /// mean, so a chain of short waits costs on average what the model says; the
+    /// queues (links, disks) keep their exact instants. The draws come from one
+    /// seeded generator, in the order the (deterministic) tasks ask.
+    pub fn wake(&self, t: Instant) -> Instant {
+        let off = crate::sim_offset(t);
+        let past = u64::try_from(off.as_nanos() % u128::from(TICK_NS)).unwrap_or(0);
+        if past == 0 {
+            return t;
+        }
+        let floor = t - Duration::from_nanos(past);
+        if self.st.lock().ticks.below(TICK_NS) < past {
+            floor + Duration::from_nanos(TICK_NS)
+        } else {
+            floor.max(Instant::now())
+        }
+    }
+
     fn endpoint(&self, id: NodeId) -> Option<Endpoint> {
         self.st.lock().eps.get(&id).filter(|e| e.up).cloned()
     }
@@ -267,7 +304,7 @@ impl SimTransport {
         let out = FRAME + payload.len() as u64;
         match self.net.send(self.me, node, out) {
             Leg::Lost => return self.lost(node, start).await,
-            Leg::At(t) => tokio::time::sleep_until(t).await,
+            Leg::At(t) => tokio::time::sleep_until(self.net.wake(t)).await,
         }
         let Some(ep) = self.net.endpoint(node) else {
             return self.lost(node, start).await;
@@ -277,7 +314,7 @@ impl SimTransport {
             PeerReq::Fetch { len, .. } => u64::from(*len),
             _ => payload.len() as u64,
         };
-        tokio::time::sleep_until(self.net.serve(node, moved)).await;
+        tokio::time::sleep_until(self.net.wake(self.net.serve(node, moved))).await;
         let serve = drove_replica::local::apply_and_forward(
             &ep.local,
             ep.transport.as_ref(),
@@ -304,7 +341,7 @@ impl SimTransport {
         }
         match self.net.send(node, self.me, FRAME + data.len() as u64) {
             Leg::Lost => return self.lost(node, start).await,
-            Leg::At(t) => tokio::time::sleep_until(t).await,
+            Leg::At(t) => tokio::time::sleep_until(self.net.wake(t)).await,
         }
         if !self.alive() {
             return std::future::pending().await;

@@ -187,6 +187,9 @@ async fn point(
                 // request takes the next block (d, d + depth, ...).
                 let mut seq = d as u64;
                 let data = bytes::Bytes::from(vec![0x5au8; bs as usize]);
+                // Whether this node holds a copy of an object, on the map of an epoch
+                // (placing is the simulator's own cost here, not the model's).
+                let mut placed = std::collections::BTreeMap::new();
                 while Instant::now() < end {
                     let block = match op {
                         Op::BlockWrite | Op::BlockRead => {
@@ -199,13 +202,24 @@ async fn point(
                     let (oid, off) = at(vdi.id, block * bs);
                     // The gateway's own replica, when it holds one, is written (or
                     // read) on this node's disk: its bytes join the client's cost.
-                    let here = drove_placement::locate_vdi(&sn.map(), &vdi, oid).contains(&node);
+                    let map = sn.map();
+                    let here = match placed.get(&oid) {
+                        Some(&(epoch, here)) if epoch == map.epoch => here,
+                        _ => {
+                            let here = drove_placement::locate_vdi(&map, &vdi, oid).contains(&node);
+                            placed.insert(oid, (map.epoch, here));
+                            here
+                        }
+                    };
                     let disk = if here {
                         Model::wire_time(bs, model.disk_bytes_per_s)
                     } else {
                         Duration::ZERO
                     };
-                    tokio::time::sleep_until(c.net.busy(node, model.client_cost + disk)).await;
+                    tokio::time::sleep_until(
+                        c.net.wake(c.net.busy(node, model.client_cost + disk)),
+                    )
+                    .await;
                     let res = if op.is_write() {
                         gw.write(&vdi, oid, off, data.clone(), false, g).await
                     } else {

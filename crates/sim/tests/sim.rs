@@ -160,3 +160,75 @@ fn test_a_datacenter_lost_is_one_epoch_and_its_copies_are_made_again() {
     // only the last of the per-node epochs here: their extra listings do not show.
     assert!(batched.lists <= per_node.lists, "{batched:?} {per_node:?}");
 }
+
+#[test]
+fn test_a_wait_between_two_ticks_ends_on_one_of_them_and_keeps_its_mean() {
+    use std::time::Duration;
+    use tokio::time::Instant;
+    let rt = drove_sim::runtime().unwrap();
+    rt.block_on(async {
+        let net = drove_sim::net::SimNet::new(Model::default());
+        // Away from the start's tick, so rounding down does not hit "now".
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = Instant::now();
+        let ms = |n| now + Duration::from_millis(n);
+        assert_eq!(net.wake(ms(2)), ms(2), "a wait ending on a tick stays");
+        for past_us in [1u64, 100, 300, 900] {
+            let t = now + Duration::from_micros(2000 + past_us);
+            let n = 20_000u32;
+            let mut sum = Duration::ZERO;
+            for _ in 0..n {
+                let w = net.wake(t);
+                assert!(w == ms(2) || w == ms(3), "{past_us} us past a tick");
+                sum += w - now;
+            }
+            let mean = (sum / n).as_micros() as i64;
+            assert!(
+                (mean - (2000 + past_us as i64)).abs() <= 20,
+                "mean of waits ending {past_us} us past a tick: {mean} us"
+            );
+        }
+        // A wait ending before the next tick may end now, never earlier.
+        let t = now + Duration::from_micros(400);
+        for _ in 0..1000 {
+            let w = net.wake(t);
+            assert!(w == now || w == ms(1));
+        }
+    });
+}
+
+#[test]
+fn test_the_delay_inside_a_zone_shows_below_a_millisecond() {
+    // tokio's timer ticks every millisecond; the simulator still follows a delay of
+    // 0.1 ms inside a zone (it once rounded every wait up to the next tick, and a
+    // small write cost about 4 ms whatever the delay).
+    let mbps = |local_us| {
+        let opts = PaperOpts {
+            model: Model {
+                zones: 2,
+                nodes_per_zone: 3,
+                local_delay: std::time::Duration::from_micros(local_us),
+                ..Model::default()
+            },
+            parallel: vec![1],
+            secs: 2,
+            disk_mib: 8,
+            ops: vec![Op::SmallWrite],
+            policies: vec![drove_types::WritePolicy::ZoneSync],
+            ..PaperOpts::default()
+        };
+        let r = drove_sim::paper::run(&opts, &|_, _| {}).unwrap();
+        r.points
+            .iter()
+            .find(|p| p.delay_ms == 0)
+            .map(|p| p.mean_mbps)
+            .unwrap()
+    };
+    let (fast, slow) = (mbps(100), mbps(1000));
+    // A write waits for about four legs of the delay: about 0.25 ms in all with
+    // 0.1 ms, about 2.1 ms with 1 ms.
+    assert!(
+        fast > 3.0 * slow,
+        "small writes with 0.1 ms inside a zone: {fast} MB/s; with 1 ms: {slow} MB/s"
+    );
+}
