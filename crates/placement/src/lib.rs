@@ -140,10 +140,36 @@ pub fn locate_home(
         .map(|n| (hash::score(n.id.0, n.weight, key), n))
         .collect();
     // Highest score first; equal scores (astronomically rare) by ascending id so the
-    // order is still total and the same everywhere.
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
-
+    // order is total and the same everywhere.
+    let order =
+        |a: &(f64, &NodeInfo), b: &(f64, &NodeInfo)| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id));
     let want = copies.min(ranked.len());
+    // The passes walk the ranking from the top and nearly always end within its
+    // first few nodes: order only a prefix (the order is total, so the prefix is
+    // exactly the full ranking's), and the whole list when they walk past it.
+    if ranked.len() > RANK_PREFIX {
+        ranked.select_nth_unstable_by(RANK_PREFIX - 1, order);
+        ranked[..RANK_PREFIX].sort_by(order);
+        if let Some(picked) = pick(&ranked[..RANK_PREFIX], want, home, true) {
+            return picked;
+        }
+    }
+    ranked.sort_by(order);
+    pick(&ranked, want, home, false).expect("the whole ranking always gives an answer")
+}
+
+/// How many of the best-ranked nodes [`locate_home`] orders before it needs them all.
+const RANK_PREFIX: usize = 24;
+
+/// The passes of [`locate_home`] over `ranked` (best first). With `prefix`, `ranked`
+/// is only the top of the ranking: `None` when a pass would have walked past it,
+/// since the nodes after it might then change the answer.
+fn pick(
+    ranked: &[(f64, &NodeInfo)],
+    want: usize,
+    home: Option<Home<'_>>,
+    prefix: bool,
+) -> Option<Vec<NodeId>> {
     let mut picked: Vec<NodeId> = Vec::with_capacity(want);
     let mut taken = vec![false; ranked.len()];
     let mut zones: Vec<&str> = Vec::with_capacity(want);
@@ -160,6 +186,9 @@ pub fn locate_home(
                 taken[i] = true;
             }
         }
+        if prefix && picked.len() < quota {
+            return None;
+        }
         zones.push(home.zone);
     }
     // Pass 1: at most one replica per zone, best first.
@@ -172,6 +201,9 @@ pub fn locate_home(
             picked.push(node.id);
             taken[i] = true;
         }
+    }
+    if prefix && picked.len() < want {
+        return None;
     }
     // Pass 2: fewer zones than copies; fill with the best nodes not yet taken, those
     // outside the home zone first (it has its share).
@@ -188,7 +220,7 @@ pub fn locate_home(
             }
         }
     }
-    picked
+    Some(picked)
 }
 
 /// Whether `node` holds one of the `copies` replicas of `oid` under `map`.

@@ -551,3 +551,71 @@ fn test_a_moved_vdi_is_placed_by_the_home_of_each_maps_epoch() {
     let oid = objects().next().unwrap();
     assert!(crate::locate_before_move(&two_each(5), &never, oid).is_empty());
 }
+
+/// The ranking of every eligible node, whole, then the passes: what `locate_home` did
+/// before it ordered only the top of the ranking.
+fn locate_by_whole_ranking(
+    map: &ClusterMap,
+    oid: ObjectId,
+    copies: usize,
+    home: Option<Home<'_>>,
+) -> Vec<NodeId> {
+    let key = oid.as_u64();
+    let mut ranked: Vec<(f64, &NodeInfo)> = eligible(map)
+        .into_iter()
+        .map(|n| (crate::hash::score(n.id.0, n.weight, key), n))
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    crate::pick(&ranked, copies.min(ranked.len()), home, false).unwrap()
+}
+
+/// Maps of 20 to 120 nodes in up to 6 zones (most up, weights 0..=3): larger than
+/// the ranked prefix `locate_home` orders first.
+fn arb_big_map() -> impl Strategy<Value = ClusterMap> {
+    prop::collection::vec((0u8..6, 0u32..4, 0u8..10), 20..=120).prop_map(|nodes| {
+        map_of(nodes.into_iter().enumerate().map(|(i, (zone, weight, s))| {
+            let mut n = node(i as u64 + 1, &format!("z{zone}"), weight);
+            n.state = if s == 0 {
+                NodeState::Down
+            } else {
+                NodeState::Up
+            };
+            n
+        }))
+    })
+}
+
+proptest! {
+    #[test]
+    fn test_ordering_only_the_top_of_the_ranking_places_as_the_whole_ranking(
+        map in arb_big_map(), oid in arb_oid(), copies in 0usize..8,
+        zone in 0u8..7, home_copies in 0usize..5, zoned in any::<bool>(),
+    ) {
+        let zone = format!("z{zone}");
+        let home = zoned.then_some(Home { zone: &zone, copies: home_copies });
+        prop_assert_eq!(
+            locate_home(&map, oid, copies, home),
+            locate_by_whole_ranking(&map, oid, copies, home)
+        );
+    }
+}
+
+#[test]
+fn test_the_paper_scale_map_places_as_the_whole_ranking() {
+    // 4 zones of 22 nodes, homes in each zone with 2 copies there: the simulator's
+    // paper set-up, over many objects (the prefix is walked past now and then).
+    let map = map_of((1..=88u64).map(|i| node(i, &format!("z{}", (i - 1) / 22), 1)));
+    for z in 0..4 {
+        let zone = format!("z{z}");
+        for oid in objects() {
+            let home = Some(Home {
+                zone: &zone,
+                copies: 2,
+            });
+            assert_eq!(
+                locate_home(&map, oid, 3, home),
+                locate_by_whole_ranking(&map, oid, 3, home)
+            );
+        }
+    }
+}
