@@ -49,6 +49,13 @@ pub trait ObjectStore: Send + Sync {
     /// against its stored crc32c; a mismatch returns `ErrorKind::Corrupt`.
     fn read(&self, oid: ObjectId, offset: u64, len: u32) -> Result<Vec<u8>>;
 
+    /// [`read`](ObjectStore::read), as [`bytes::Bytes`] (what a peer is sent). The
+    /// default wraps `read`'s buffer without copying; a store that keeps no bytes
+    /// (the simulator's) answers without allocating one.
+    fn read_bytes(&self, oid: ObjectId, offset: u64, len: u32) -> Result<bytes::Bytes> {
+        self.read(oid, offset, len).map(bytes::Bytes::from)
+    }
+
     /// Write `data` at `offset`, creating the object if needed. An empty `data` only
     /// checks the range. A partial-block write reads the old block (and fails with
     /// `Corrupt` if it does not verify) to recompute its checksum.

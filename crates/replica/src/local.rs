@@ -253,8 +253,8 @@ impl LocalStore {
                 self.vdi_for(oid, offset, u64::from(len)).await?;
                 self.catchup.admit_epoch(epoch, true).await?;
                 self.admit_read(oid).await?;
-                let data = blocking(store, move |s| s.read(oid, offset, len)).await?;
-                Ok((PeerResp::Data, Bytes::from(data)))
+                let data = blocking(store, move |s| s.read_bytes(oid, offset, len)).await?;
+                Ok((PeerResp::Data, data))
             }
             &PeerReq::Write {
                 oid,
