@@ -180,9 +180,10 @@ impl SimNet {
             .is_some_and(|e| e.up && e.incarnation == incarnation)
     }
 
-    /// Send `bytes` from `from` to `to`: queue on the sender's link, then the delay.
-    fn send(&self, from: NodeId, to: NodeId, bytes: u64) -> Leg {
-        let now = Instant::now();
+    /// Send `bytes` from `from` to `to`, starting at `at`: queue on the sender's
+    /// link, then the delay.
+    fn send(&self, from: NodeId, to: NodeId, bytes: u64, at: Instant) -> Leg {
+        let now = at;
         let mut st = self.st.lock();
         if !st.reaches(from, to) {
             return Leg::Lost;
@@ -198,9 +199,10 @@ impl SimNet {
         Leg::At(done + self.model.delay(za, zb))
     }
 
-    /// When node `id` has served a request moving `bytes` to or from its disk.
-    fn serve(&self, id: NodeId, bytes: u64) -> Instant {
-        let now = Instant::now();
+    /// When node `id` has served a request that arrived at `at`, moving `bytes` to
+    /// or from its disk.
+    fn serve(&self, id: NodeId, bytes: u64, at: Instant) -> Instant {
+        let now = at;
         let mut st = self.st.lock();
         let free = st.disk_free.get(&id).copied().unwrap_or(now).max(now);
         let done =
@@ -209,10 +211,10 @@ impl SimNet {
         done
     }
 
-    /// Book `cost` of node `id`'s time (a client operation at its gateway) on the
-    /// same queue requests served for peers take; when it is done.
-    pub fn busy(&self, id: NodeId, cost: Duration) -> Instant {
-        let now = Instant::now();
+    /// Book `cost` of node `id`'s time (a client operation at its gateway, asked at
+    /// `at`) on the same queue requests served for peers take; when it is done.
+    pub fn busy(&self, id: NodeId, cost: Duration, at: Instant) -> Instant {
+        let now = at;
         let mut st = self.st.lock();
         let free = st.disk_free.get(&id).copied().unwrap_or(now).max(now);
         let done = free + cost;
@@ -244,6 +246,13 @@ impl SimNet {
         }
     }
 
+    /// Sleep until the tick [`SimNet::wake`] puts `t` on. Returns `t`: where the
+    /// task is in the model's time, whichever tick it woke on.
+    pub async fn sleep_to(&self, t: Instant) -> Instant {
+        tokio::time::sleep_until(self.wake(t)).await;
+        t
+    }
+
     fn endpoint(&self, id: NodeId) -> Option<Endpoint> {
         self.st.lock().eps.get(&id).filter(|e| e.up).cloned()
     }
@@ -256,6 +265,20 @@ impl NetState {
             return false;
         };
         up(a) && up(b) && (za == zb || !(self.cut.contains(&za) || self.cut.contains(&zb)))
+    }
+}
+
+/// Where a task is in the model's time: at `exact`, the instant its last modelled
+/// wait ended (it woke on the tick `woke`), if it has not waited on anything since;
+/// else now (the tick it last woke on: when that wait ended in the model is not
+/// known here). A task goes on from `exact` even when it woke a tick late, so a
+/// queue it books next does not stand idle for the rounding.
+pub fn resume(exact: Instant, woke: Instant) -> Instant {
+    let now = Instant::now();
+    if now > woke {
+        now
+    } else {
+        exact
     }
 }
 
@@ -302,10 +325,10 @@ impl SimTransport {
             return std::future::pending().await;
         }
         let out = FRAME + payload.len() as u64;
-        match self.net.send(self.me, node, out) {
+        let arrived = match self.net.send(self.me, node, out, start) {
             Leg::Lost => return self.lost(node, start).await,
-            Leg::At(t) => tokio::time::sleep_until(self.net.wake(t)).await,
-        }
+            Leg::At(t) => self.net.sleep_to(t).await,
+        };
         let Some(ep) = self.net.endpoint(node) else {
             return self.lost(node, start).await;
         };
@@ -314,7 +337,11 @@ impl SimTransport {
             PeerReq::Fetch { len, .. } => u64::from(*len),
             _ => payload.len() as u64,
         };
-        tokio::time::sleep_until(self.net.wake(self.net.serve(node, moved))).await;
+        let served = self
+            .net
+            .sleep_to(self.net.serve(node, moved, arrived))
+            .await;
+        let woke = Instant::now();
         let serve = drove_replica::local::apply_and_forward(
             &ep.local,
             ep.transport.as_ref(),
@@ -339,9 +366,15 @@ impl SimTransport {
         if !self.net.alive(node, ep.incarnation) {
             return self.lost(node, start).await;
         }
-        match self.net.send(node, self.me, FRAME + data.len() as u64) {
+        let answered = resume(served, woke);
+        match self
+            .net
+            .send(node, self.me, FRAME + data.len() as u64, answered)
+        {
             Leg::Lost => return self.lost(node, start).await,
-            Leg::At(t) => tokio::time::sleep_until(self.net.wake(t)).await,
+            Leg::At(t) => {
+                self.net.sleep_to(t).await;
+            }
         }
         if !self.alive() {
             return std::future::pending().await;

@@ -190,6 +190,8 @@ async fn point(
                 // Whether this node holds a copy of an object, on the map of an epoch
                 // (placing is the simulator's own cost here, not the model's).
                 let mut placed = std::collections::BTreeMap::new();
+                // Where this client is in the model's time (see net::resume).
+                let mut now = Instant::now();
                 while Instant::now() < end {
                     let block = match op {
                         Op::BlockWrite | Op::BlockRead => {
@@ -216,15 +218,17 @@ async fn point(
                     } else {
                         Duration::ZERO
                     };
-                    tokio::time::sleep_until(
-                        c.net.wake(c.net.busy(node, model.client_cost + disk)),
-                    )
-                    .await;
+                    let ready = c
+                        .net
+                        .sleep_to(c.net.busy(node, model.client_cost + disk, now))
+                        .await;
+                    let woke = Instant::now();
                     let res = if op.is_write() {
                         gw.write(&vdi, oid, off, data.clone(), false, g).await
                     } else {
                         gw.read(&vdi, oid, off, bs as u32).await.map(|_| ())
                     };
+                    now = crate::net::resume(ready, woke);
                     match res {
                         Ok(()) if Instant::now() <= end => {
                             done.fetch_add(bs, Ordering::Relaxed);
