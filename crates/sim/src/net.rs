@@ -33,7 +33,7 @@ const FRAME: u64 = 64;
 /// granularity", its `sleep` documentation says).
 const TICK_NS: u64 = 1_000_000;
 
-/// The seed of the draws that put waits on ticks.
+/// The seed of each tick's threshold ([`SimNet::wake`]).
 const TICK_SEED: u64 = 0x7469_636b;
 
 /// Bytes moved between nodes since the start (or the last [`SimNet::take_traffic`]).
@@ -74,8 +74,6 @@ struct NetState {
     silenced: BTreeMap<(NodeId, NodeId), Instant>,
     traffic: Traffic,
     incarnations: u64,
-    /// Draws which tick a wait ends on ([`SimNet::wake`]).
-    ticks: Rng,
 }
 
 /// The network between the simulated nodes.
@@ -97,10 +95,7 @@ impl SimNet {
     pub fn new(model: Model) -> Arc<SimNet> {
         Arc::new(SimNet {
             model,
-            st: Mutex::new(NetState {
-                ticks: Rng::new(TICK_SEED),
-                ..NetState::default()
-            }),
+            st: Mutex::new(NetState::default()),
         })
     }
 
@@ -226,20 +221,26 @@ impl SimNet {
     ///
     /// The simulated clock is tokio's, whose timer fires on whole milliseconds: a
     /// wait ending between two ticks would end at the later one, and a write made
-    /// of four waits of 0.1 ms would take 4 ms. Instead such a wait ends at the
-    /// later tick with a chance equal to how far past the earlier tick it ends,
-    /// else at the earlier one (at once, when that is now). Each wait keeps its
-    /// mean, so a chain of short waits costs on average what the model says; the
-    /// queues (links, disks) keep their exact instants. The draws come from one
-    /// seeded generator, in the order the (deterministic) tasks ask.
+    /// of four waits of 0.1 ms would take 4 ms. Instead each tick has a threshold,
+    /// drawn at random (seeded) between 0 and 1 ms: a wait ending later than that
+    /// past the tick wakes on the next one, else on this one (at once, when that is
+    /// now). So a wait ending a fraction f of the way through wakes late with
+    /// chance f and keeps its mean; the queues (links, disks) keep their exact
+    /// instants. One threshold per tick keeps the order: of two waits, the one
+    /// ending first never wakes last, and the later of two parallel calls wakes
+    /// as late as its own end says (independent draws would wake the pair, on
+    /// average, later than their mean).
     pub fn wake(&self, t: Instant) -> Instant {
         let off = crate::sim_offset(t);
-        let past = u64::try_from(off.as_nanos() % u128::from(TICK_NS)).unwrap_or(0);
+        let ns = off.as_nanos();
+        let past = u64::try_from(ns % u128::from(TICK_NS)).unwrap_or(0);
         if past == 0 {
             return t;
         }
+        let tick = u64::try_from(ns / u128::from(TICK_NS)).unwrap_or(u64::MAX);
+        let threshold = Rng::new(TICK_SEED ^ tick).below(TICK_NS);
         let floor = t - Duration::from_nanos(past);
-        if self.st.lock().ticks.below(TICK_NS) < past {
+        if threshold < past {
             floor + Duration::from_nanos(TICK_NS)
         } else {
             floor.max(Instant::now())
