@@ -112,7 +112,10 @@ fn test_the_simulated_paper_shows_zone_sync_writes_not_waiting_for_other_zones()
     // 0.49 at X = 1: see "Found, open" in docs/simulator.md. Sync ones keep 0.01.)
     assert!(sync_w < 0.2, "sync small writes with the delay: {sync_w}");
     assert!(zs_w > 0.3, "zone-sync small writes with the delay: {zs_w}");
-    assert!(zs_w > 10.0 * sync_w, "zone-sync {zs_w} against sync {sync_w}");
+    assert!(
+        zs_w > 10.0 * sync_w,
+        "zone-sync {zs_w} against sync {sync_w}"
+    );
     // Reads are served in the client's zone under both policies.
     for sys in [System::Drove, System::DroveZoneSync] {
         let r = lir(sys, Op::SmallRead);
