@@ -132,30 +132,37 @@ pub fn locate_home(
     copies: usize,
     home: Option<Home<'_>>,
 ) -> Vec<NodeId> {
-    let key = oid.as_u64();
-    let mut ranked: Vec<(f64, &NodeInfo)> = map
-        .nodes
-        .values()
-        .filter(|n| n.state == NodeState::Up && n.weight > 0)
-        .map(|n| (hash::score(n.id.0, n.weight, key), n))
-        .collect();
-    // Highest score first; equal scores (astronomically rare) by ascending id so the
-    // order is total and the same everywhere.
-    let order =
-        |a: &(f64, &NodeInfo), b: &(f64, &NodeInfo)| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id));
+    let mut ranked = scored(map, oid);
     let want = copies.min(ranked.len());
     // The passes walk the ranking from the top and nearly always end within its
     // first few nodes: order only a prefix (the order is total, so the prefix is
     // exactly the full ranking's), and the whole list when they walk past it.
     if ranked.len() > RANK_PREFIX {
-        ranked.select_nth_unstable_by(RANK_PREFIX - 1, order);
-        ranked[..RANK_PREFIX].sort_by(order);
+        ranked.select_nth_unstable_by(RANK_PREFIX - 1, by_rank);
+        ranked[..RANK_PREFIX].sort_by(by_rank);
         if let Some(picked) = pick(&ranked[..RANK_PREFIX], want, home, true) {
             return picked;
         }
     }
-    ranked.sort_by(order);
+    ranked.sort_by(by_rank);
     pick(&ranked, want, home, false).expect("the whole ranking always gives an answer")
+}
+
+/// Every node that may hold data (up, weight above zero) with its score for `oid`,
+/// in no order.
+fn scored(map: &ClusterMap, oid: ObjectId) -> Vec<(f64, &NodeInfo)> {
+    let key = oid.as_u64();
+    map.nodes
+        .values()
+        .filter(|n| n.state == NodeState::Up && n.weight > 0)
+        .map(|n| (hash::score(n.id.0, n.weight, key), n))
+        .collect()
+}
+
+/// The ranking's order: highest score first; equal scores (astronomically rare) by
+/// ascending id so the order is total and the same everywhere.
+fn by_rank(a: &(f64, &NodeInfo), b: &(f64, &NodeInfo)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id))
 }
 
 /// How many of the best-ranked nodes [`locate_home`] orders before it needs them all.

@@ -560,12 +560,8 @@ fn locate_by_whole_ranking(
     copies: usize,
     home: Option<Home<'_>>,
 ) -> Vec<NodeId> {
-    let key = oid.as_u64();
-    let mut ranked: Vec<(f64, &NodeInfo)> = eligible(map)
-        .into_iter()
-        .map(|n| (crate::hash::score(n.id.0, n.weight, key), n))
-        .collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    let mut ranked = crate::scored(map, oid);
+    ranked.sort_by(crate::by_rank);
     crate::pick(&ranked, copies.min(ranked.len()), home, false).unwrap()
 }
 

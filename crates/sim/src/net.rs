@@ -175,10 +175,9 @@ impl SimNet {
             .is_some_and(|e| e.up && e.incarnation == incarnation)
     }
 
-    /// Send `bytes` from `from` to `to`, starting at `at`: queue on the sender's
+    /// Send `bytes` from `from` to `to`, starting at `now`: queue on the sender's
     /// link, then the delay.
-    fn send(&self, from: NodeId, to: NodeId, bytes: u64, at: Instant) -> Leg {
-        let now = at;
+    fn send(&self, from: NodeId, to: NodeId, bytes: u64, now: Instant) -> Leg {
         let mut st = self.st.lock();
         if !st.reaches(from, to) {
             return Leg::Lost;
@@ -197,19 +196,13 @@ impl SimNet {
     /// When node `id` has served a request that arrived at `at`, moving `bytes` to
     /// or from its disk.
     fn serve(&self, id: NodeId, bytes: u64, at: Instant) -> Instant {
-        let now = at;
-        let mut st = self.st.lock();
-        let free = st.disk_free.get(&id).copied().unwrap_or(now).max(now);
-        let done =
-            free + self.model.serve_cost + Model::wire_time(bytes, self.model.disk_bytes_per_s);
-        st.disk_free.insert(id, done);
-        done
+        let cost = self.model.serve_cost + Model::wire_time(bytes, self.model.disk_bytes_per_s);
+        self.busy(id, cost, at)
     }
 
     /// Book `cost` of node `id`'s time (a client operation at its gateway, asked at
-    /// `at`) on the same queue requests served for peers take; when it is done.
-    pub fn busy(&self, id: NodeId, cost: Duration, at: Instant) -> Instant {
-        let now = at;
+    /// `now`) on the same queue requests served for peers take; when it is done.
+    pub fn busy(&self, id: NodeId, cost: Duration, now: Instant) -> Instant {
         let mut st = self.st.lock();
         let free = st.disk_free.get(&id).copied().unwrap_or(now).max(now);
         let done = free + cost;

@@ -3,7 +3,7 @@
 //! fixed by the simulated clock, so a seed replays exactly.
 
 /// A SplitMix64 generator (Steele, Lea and Flood, 2014).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Rng(u64);
 
 impl Rng {
