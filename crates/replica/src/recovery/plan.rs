@@ -181,11 +181,13 @@ pub(super) fn as_sources(
 /// The copy of an object to recover from, and whether its holder must be asked to
 /// send it although it does not know it to be current (`force`): a copy its holder
 /// knows to be current, in the order given, unless it was outside the VDI's home
-/// zone when it took its version's writes and a copy of the same version was in it
-/// (that one is taken, `me` first: the far copy became current while every home
-/// copy was down, short of the writes the home zone had not shipped yet; taken,
-/// it overwrote them when the home zone came back, `drove sim faults --seed 192
-/// --time 40s`); else, nobody's copy being known
+/// zone when it took its version's writes and a copy of the same or a later
+/// version was in it (the latest such is taken, `me` first among equals: the far
+/// copy became current while every home copy was down, short of the writes the
+/// home zone had not shipped yet; taken, it overwrote them when the home zone came
+/// back, `drove sim faults --seed 192 --time 40s` for a home copy of its version,
+/// `--seed 272` for a later one, written just before a gateway cut off from the
+/// home zone marked its nodes down); else, nobody's copy being known
 /// current, the one with the highest version (the last writer's, see
 /// [`drove_types::ObjVersion`]), then one `near` says was in the VDI's home zone
 /// when it took that version's writes, then the latest clean epoch, then the first
@@ -208,7 +210,14 @@ pub(crate) fn pick_source(
         let at = Epoch(d.version.epoch);
         let home = std::iter::once(&me)
             .chain(others.iter())
-            .find(|(m, x)| x.version == d.version && x.present && !x.corrupt && near(*m, at));
+            .filter(|(m, x)| {
+                x.version >= d.version
+                    && x.present
+                    && !x.corrupt
+                    && near(*m, Epoch(x.version.epoch))
+            })
+            .rev()
+            .max_by_key(|(_, x)| x.version);
         return match home {
             Some((m, x)) if !near(*n, at) => Some((*m, *x, !x.current)),
             _ => Some((*n, *d, false)),
@@ -288,6 +297,18 @@ mod tests {
         assert_eq!((src, force), (n2, true));
         let (src, _, force) = pick_source(n3, v, &[(n1, far_current), (n2, v)], &home).unwrap();
         assert_eq!((src, force), (n3, true));
+        // ...nor for a later one, which the far copy lacks (seed 272)...
+        let later = d(false, (1, 19), 20, 5);
+        let home19 = |n: NodeId, at: Epoch| n != n1 && at >= Epoch(18);
+        let (src, got, force) =
+            pick_source(n2, later, &[(n1, far_current), (n3, later)], &home19).unwrap();
+        assert_eq!((src, got.version, force), (n2, later.version, true));
+        let (src, got, _) = pick_source(n3, v, &[(n1, far_current), (n2, later)], &home19).unwrap();
+        assert_eq!(
+            (src, got.version),
+            (n2, later.version),
+            "the latest home copy"
+        );
         // ...but not for a home copy of an older version.
         let old = d(false, (1, 17), 30, 6);
         let (src, _, force) = pick_source(n2, old, &[(n1, far_current)], &home).unwrap();
