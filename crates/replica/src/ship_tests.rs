@@ -396,3 +396,68 @@ fn test_before_a_rate_two_large_writes_may_fly_not_three() {
     assert!(st.admits(4096, bound, now));
     assert!(!st.admits(8192, bound, now));
 }
+
+fn data_of(e: &Entry) -> Vec<u8> {
+    match &e.op {
+        Op::Write { data, .. } | Op::Create { data } => data.to_vec(),
+        Op::Zeroes { .. } => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn test_a_rewrite_of_a_queued_write_takes_its_place_and_the_older_bytes_never_ship() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    let first = lane.take(MAX_FLYING).unwrap();
+    // In flight: never replaced, the rewrite queues behind it.
+    push(&lane, &v, 0, write(0, 4096, 2)).await;
+    let mark = lane.mark();
+    push(&lane, &v, 0, write(8192, 4096, 3)).await; // same chunk, other bytes
+    push(&lane, &v, 0, write(0, 4096, 4)).await; // covers the queued 2
+    assert_eq!(lane.lag().writes, 3, "1 flying, 4 in 2's place, 3");
+    assert_eq!(lane.lag().bytes, 3 * (4096 + ENTRY_OVERHEAD));
+    assert!(
+        lane.take(MAX_FLYING).unwrap().is_empty(),
+        "the chunk is held"
+    );
+    lane.finish(first.into_iter().next().unwrap(), &Ok(()));
+    let next = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(offsets(&next), vec![(0, 0, 4096)]);
+    assert_eq!(
+        data_of(&next[0]),
+        vec![4; 4096],
+        "the newer bytes, in 2's place"
+    );
+    assert!(
+        !lane.passed(mark),
+        "the entry kept 2's place: a mark set after 2 waits for it"
+    );
+    lane.finish(next.into_iter().next().unwrap(), &Ok(()));
+    assert!(lane.passed(mark));
+    let last = lane.take(MAX_FLYING).unwrap();
+    assert_eq!(offsets(&last), vec![(0, 8192, 4096)]);
+}
+
+#[tokio::test]
+async fn test_a_rewrite_does_not_jump_a_later_write_of_its_bytes_or_a_partial_cover() {
+    let lane = Lane::default();
+    let v = vdi(60_000, 1 << 30);
+    push(&lane, &v, 0, write(0, 4096, 1)).await;
+    let _flying = lane.take(MAX_FLYING).unwrap();
+    push(&lane, &v, 0, write(0, 4096, 2)).await;
+    push(&lane, &v, 0, write(2048, 4096, 3)).await; // touches 2's bytes, later
+    push(&lane, &v, 0, write(0, 4096, 4)).await; // would jump 3: appended
+    assert_eq!(lane.lag().writes, 4);
+    // A write covering only part of the last queued write of its bytes: appended.
+    push(&lane, &v, 0, write(4096, 1024, 5)).await;
+    assert_eq!(lane.lag().writes, 5);
+    // Another object's queued write of the same offsets is not its to replace.
+    push(&lane, &v, 1, write(0, 4096, 6)).await;
+    push(&lane, &v, 2, write(0, 4096, 7)).await;
+    assert_eq!(lane.lag().writes, 7);
+    // A larger write covering the last one of its bytes takes its place.
+    push(&lane, &v, 0, write(4096, 4096, 8)).await;
+    assert_eq!(lane.lag().writes, 7);
+    assert_eq!(lane.lag().bytes, 7 * (4096 + ENTRY_OVERHEAD));
+}

@@ -129,7 +129,14 @@ async fn test_zone_sync_is_acknowledged_at_home_and_reaches_the_far_zone_in_orde
     let crossed = count(&text, "drove_gateway_cross_zone_bytes_total");
     assert_eq!(written, 4096 + 20 * 8192 + 16 * 4096);
     assert!(crossed <= written, "crossed {crossed} of {written}");
-    assert!(count(&text, "drove_zone_sync_shipped_bytes_total") >= 20 * 8192);
+    // The first of the twenty was in flight when the zone froze; each later one
+    // took the place of the queued one before it, so two of them crossed, and the
+    // far copies hold the last.
+    let shipped = count(&text, "drove_zone_sync_shipped_bytes_total");
+    assert!(
+        (2 * 8192 + 16 * 4096..20 * 8192).contains(&shipped),
+        "shipped {shipped}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

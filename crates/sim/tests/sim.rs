@@ -108,10 +108,11 @@ fn test_the_simulated_paper_shows_zone_sync_writes_not_waiting_for_other_zones()
     let sync_w = lir(System::Drove, Op::SmallWrite);
     let zs_w = lir(System::DroveZoneSync, Op::SmallWrite);
     // Sync writes wait for a copy 10 ms away; zone-sync ones only for their zone.
-    // (Zone-sync small writes still lose about half their rate to the delay here,
-    // 0.49 at X = 1: see "Found, open" in docs/simulator.md. Sync ones keep 0.01.)
+    // (Zone-sync small writes kept 0.49 at X = 1 here while the lane shipped one
+    // write per chunk per round trip, 0.92 since a rewrite of a queued write takes
+    // its place. Sync ones keep 0.01.)
     assert!(sync_w < 0.2, "sync small writes with the delay: {sync_w}");
-    assert!(zs_w > 0.3, "zone-sync small writes with the delay: {zs_w}");
+    assert!(zs_w > 0.7, "zone-sync small writes with the delay: {zs_w}");
     assert!(
         zs_w > 10.0 * sync_w,
         "zone-sync {zs_w} against sync {sync_w}"
