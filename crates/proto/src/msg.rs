@@ -95,7 +95,9 @@ pub enum PeerReq {
         epoch: Epoch,
     },
     /// A digest of each object's content and whether the receiver's copy is current;
-    /// the answer is [`PeerResp::Digests`]. `epoch` as for [`PeerReq::Fetch`].
+    /// the answer is [`PeerResp::Digests`]. `epoch` as for [`PeerReq::Fetch`]. A
+    /// receiver already on a later map calls no copy current: its word is for its
+    /// own map, which may place the objects elsewhere.
     Digest {
         /// Objects to digest (at most [`MAX_OIDS`]).
         oids: Vec<ObjectId>,

@@ -365,9 +365,19 @@ impl LocalStore {
             } => {
                 self.check_oids(oids, Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
+                // "Current" is this node's word on its own map: to an asker on an
+                // earlier one, which may place the object elsewhere, it says nothing.
+                // A node no longer placed on an object, with no copy and nothing
+                // pending, answered an asker two epochs behind that its absence was
+                // current, and the asker, which had the object to recover from nodes
+                // then down, made its own absence current over the writes those held
+                // (`drove sim faults --seed 700 --time 40s`).
+                let same_map = self.catalog.get().map.epoch == epoch;
                 let mut out = Vec::with_capacity(oids.len());
                 for &oid in oids {
-                    out.push(self.digest(oid, len).await?);
+                    let mut d = self.digest(oid, len).await?;
+                    d.current &= same_map;
+                    out.push(d);
                 }
                 Ok((PeerResp::Digests(out), Bytes::new()))
             }

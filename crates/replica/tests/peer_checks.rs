@@ -264,3 +264,44 @@ async fn test_a_read_from_an_older_epoch_is_refused_and_the_gateway_retries_on_t
         .unwrap();
     assert_eq!(resp, PeerResp::Exists(vec![true]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_on_a_later_map_calls_no_copy_current_to_an_asker_on_an_earlier_one() {
+    let nodes = cluster(2).await;
+    let v = vdi(ReplicationMode::Direct);
+    let (held, absent) = (ObjectId::new(v.id, 3), ObjectId::new(v.id, 4));
+    nodes[0]
+        .gateway
+        .write(&v, held, 0, pattern(4, 4096), false, 1)
+        .await
+        .unwrap();
+    let digest = |epoch| PeerReq::Digest {
+        oids: vec![held, absent],
+        len: v.object_size,
+        epoch,
+    };
+    let ask = |req| async {
+        match nodes[0].pool.call(NodeId(2), req, Bytes::new()).await {
+            Ok((PeerResp::Digests(d), _)) => d,
+            other => panic!("{other:?}"),
+        }
+    };
+    let epoch = nodes[1].map.get().epoch;
+    let same = ask(digest(epoch)).await;
+    assert!(same[0].present && same[0].current, "{:?}", same[0]);
+    assert!(!same[1].present && same[1].current, "{:?}", same[1]);
+    // Node 2 moves on; an asker still on the earlier map learns the copies, not
+    // whether they are current (its map may place them elsewhere).
+    let newer = ClusterMap {
+        epoch: Epoch(epoch.0 + 2),
+        ..(*nodes[1].map.get()).clone()
+    };
+    nodes[1].local.catalog().publish(catalog(&newer, &[]));
+    let behind = ask(digest(epoch)).await;
+    assert!(behind[0].present && !behind[0].current, "{:?}", behind[0]);
+    assert_eq!(behind[0].crc, same[0].crc);
+    assert!(!behind[1].present && !behind[1].current, "{:?}", behind[1]);
+    // On its own map it still says current.
+    let now = ask(digest(newer.epoch)).await;
+    assert!(now[0].current && now[1].current);
+}
