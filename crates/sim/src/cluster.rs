@@ -92,6 +92,12 @@ pub struct SimCluster {
     this: Weak<SimCluster>,
 }
 
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        self.net.detach_all();
+    }
+}
+
 impl SimCluster {
     /// A cluster of the model's nodes, all up, with objects of `object_size` bytes
     /// on `disks`. Must run on the simulator's runtime.
