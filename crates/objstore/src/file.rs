@@ -91,7 +91,7 @@ impl FileStore {
         };
         let res = f
             .write(offset, data)
-            .and_then(|()| version.map_or(Ok(()), |v| f.set_version(v)));
+            .and_then(|()| version.map_or(Ok(()), |v| f.raise_version(v)));
         self.dirty.mark(&f);
         if res.is_ok() && f.note_written(data.len() as u64) {
             // A hint: the flush that makes the data durable reports any disk error.
@@ -129,7 +129,7 @@ impl ObjectStore for FileStore {
     ) -> Result<()> {
         if data.is_empty() {
             check_range(oid, self.object_size, offset, 0)?;
-            return self.set_version(oid, version);
+            return self.raise_version(oid, version);
         }
         self.write_then_set(oid, offset, data, Some(version))
     }
@@ -228,6 +228,15 @@ impl ObjectStore for FileStore {
             return Ok(());
         };
         let res = f.set_version(version);
+        self.dirty.mark(&f);
+        res
+    }
+
+    fn raise_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()> {
+        let Some(f) = self.handle(oid, false)? else {
+            return Ok(());
+        };
+        let res = f.raise_version(version);
         self.dirty.mark(&f);
         res
     }

@@ -93,7 +93,23 @@ pub trait ObjectStore: Send + Sync {
     /// durable with the object's next flush, like a write.
     fn set_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()>;
 
-    /// [`ObjectStore::write`], then [`ObjectStore::set_version`]: a client write.
+    /// Raise the object's version to `version` unless it is already that or later
+    /// (a missing object is left missing): what a write does. A write never takes
+    /// a copy's version back: zone-sync writes of one object reach a far copy out
+    /// of order (the shipper orders writes per 64 KiB chunk, not per object), and a
+    /// write made at epoch 17 landing after one made at 19 set the copy back to 17,
+    /// below the home copies' version although it held the later write; recovery
+    /// then kept a home copy without it (`drove sim faults --seed 10 --time 40s`).
+    /// The default reads, compares and sets: stores with concurrent writers
+    /// override it to do so atomically.
+    fn raise_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()> {
+        if self.version(oid)? < version {
+            self.set_version(oid, version)?;
+        }
+        Ok(())
+    }
+
+    /// [`ObjectStore::write`], then [`ObjectStore::raise_version`]: a client write.
     /// Stores that look an object up once per call override it to do it once.
     fn write_versioned(
         &self,
@@ -103,7 +119,7 @@ pub trait ObjectStore: Send + Sync {
         version: ObjVersion,
     ) -> Result<()> {
         self.write(oid, offset, data)?;
-        self.set_version(oid, version)
+        self.raise_version(oid, version)
     }
 
     /// Start writing the object's data to the disk without waiting: a hint for bulk

@@ -226,6 +226,13 @@ impl ObjectStore for MemStore {
         Ok(())
     }
 
+    fn raise_version(&self, oid: ObjectId, version: ObjVersion) -> Result<()> {
+        if let Some(o) = self.lock().get_mut(&oid) {
+            o.version = o.version.max(version);
+        }
+        Ok(())
+    }
+
     fn exists(&self, oid: ObjectId) -> Result<bool> {
         Ok(self.lock().contains_key(&oid))
     }

@@ -200,8 +200,19 @@ impl ObjFile {
     /// Record the object's version, durable with the next sync. The comparison and
     /// the write happen under one lock, so concurrent setters cannot interleave.
     pub(crate) fn set_version(&self, v: ObjVersion) -> Result<()> {
+        self.put_version(v, |stored| stored == v)
+    }
+
+    /// Raise the stored version to `v` unless it is that or later (a write's).
+    pub(crate) fn raise_version(&self, v: ObjVersion) -> Result<()> {
+        self.put_version(v, |stored| stored >= v)
+    }
+
+    /// Store version `v` unless `keep` says the stored one stays, under the
+    /// version's lock (concurrent writers compare and set one at a time).
+    fn put_version(&self, v: ObjVersion, keep: impl Fn(ObjVersion) -> bool) -> Result<()> {
         let mut cached = self.version.lock();
-        if self.stored_version(&mut cached)? == v {
+        if keep(self.stored_version(&mut cached)?) {
             return Ok(());
         }
         self.crc

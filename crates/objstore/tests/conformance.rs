@@ -94,6 +94,23 @@ fn versions_follow_set_and_create(s: &dyn ObjectStore) {
     let missing = oid(9, 1);
     s.write_versioned(missing, 0, &[], v(6, 8)).unwrap();
     assert!(!s.exists(missing).unwrap());
+    // A write never takes the version back: one made earlier that arrives later
+    // (zone-sync writes reach a far copy out of order) keeps the later version,
+    // and its bytes still land. A write of a later generation raises it.
+    s.write_versioned(o, 0, &pattern(6, 10), v(6, 5)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 8));
+    assert_eq!(s.read(o, 0, 10).unwrap(), pattern(6, 10));
+    s.write_versioned(o, 0, &[], v(5, 99)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 8));
+    s.raise_version(o, v(6, 2)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 8));
+    s.write_versioned(o, 0, &pattern(7, 10), v(7, 1)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(7, 1));
+    s.raise_version(missing, v(9, 9)).unwrap();
+    assert!(!s.exists(missing).unwrap());
+    // Recovery's exact set still goes back.
+    s.set_version(o, v(6, 3)).unwrap();
+    assert_eq!(s.version(o).unwrap(), v(6, 3));
 }
 
 fn holes_and_missing_objects_read_as_zeros(s: &dyn ObjectStore) {

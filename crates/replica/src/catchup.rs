@@ -49,12 +49,19 @@ pub trait Repair: Send + Sync {
     /// over nothing (found by `drove sim faults --seed 2 --faults cut`: every
     /// copy of an object went to nodes that had none while its holders were marked
     /// down; the writes made there then replaced the holders' copies).
-    fn absence_known(&self, oid: ObjectId) -> bool;
+    ///
+    /// Judged on the map of `epoch` only: a node whose view has moved on says
+    /// nothing (false). Its word on a later map, where it may not be placed on the
+    /// object at all, once answered a read made on the earlier one with zeros
+    /// (`drove sim faults --seed 121 --time 40s`, with the history trimmed).
+    fn absence_known(&self, oid: ObjectId, epoch: Epoch) -> bool;
 
-    /// Make sure of an absence [`Repair::absence_known`] does not know: recover
-    /// the object (which waits for the down holders when no up node's copy is
-    /// known current).
-    fn confirm_absent(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>>;
+    /// Make sure of an absence [`Repair::absence_known`] does not know, for a
+    /// request made on the map of `epoch`: recover the object (which waits for
+    /// the down holders when no up node's copy is known current). `StaleEpoch`
+    /// when this node's view has moved past `epoch`: the asker goes again on the
+    /// newer map.
+    fn confirm_absent(&self, oid: ObjectId, epoch: Epoch) -> BoxFuture<'_, Result<()>>;
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -183,7 +183,7 @@ impl LocalStore {
                     return Ok(guard);
                 }
                 drop(guard);
-                self.confirm_absent(oid).await?;
+                self.confirm_absent(oid, epoch).await?;
                 confirmed = true;
                 continue;
             }
@@ -205,23 +205,23 @@ impl LocalStore {
                     .repair
                     .get()
                     .and_then(Weak::upgrade)
-                    .is_none_or(|r| r.absence_known(oid)))
+                    .is_none_or(|r| r.absence_known(oid, self.catchup.epoch())))
     }
 
     /// Make sure of the absence of `oid`, of which this node has no copy
     /// ([`Repair::confirm_absent`]).
-    async fn confirm_absent(&self, oid: ObjectId) -> Result<()> {
+    async fn confirm_absent(&self, oid: ObjectId, epoch: Epoch) -> Result<()> {
         match self.repair.get().and_then(Weak::upgrade) {
-            Some(r) => r.confirm_absent(oid).await,
+            Some(r) => r.confirm_absent(oid, epoch).await,
             None => Ok(()),
         }
     }
 
     /// Admit a read of `oid`: its copy here must be current, and a missing copy's
     /// absence known (made sure of first).
-    async fn admit_read(&self, oid: ObjectId) -> Result<()> {
+    async fn admit_read(&self, oid: ObjectId, epoch: Epoch) -> Result<()> {
         if self.catchup.is_current(oid) && !self.store.exists(oid)? {
-            self.confirm_absent(oid).await?;
+            self.confirm_absent(oid, epoch).await?;
         }
         if !self.catchup.is_current(oid) {
             return Err(Self::not_current(oid));
@@ -252,7 +252,7 @@ impl LocalStore {
             } => {
                 self.vdi_for(oid, offset, u64::from(len)).await?;
                 self.catchup.admit_epoch(epoch, true).await?;
-                self.admit_read(oid).await?;
+                self.admit_read(oid, epoch).await?;
                 let data = blocking(store, move |s| s.read_bytes(oid, offset, len)).await?;
                 Ok((PeerResp::Data, data))
             }
@@ -302,7 +302,7 @@ impl LocalStore {
                 let _held = self.admit_write(oid, epoch, generation).await?;
                 blocking(store, move |s| {
                     s.write_zeroes(oid, offset, len)?;
-                    s.set_version(oid, v)?;
+                    s.raise_version(oid, v)?;
                     if fua {
                         s.flush(&[oid])?;
                     }

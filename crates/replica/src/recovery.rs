@@ -21,7 +21,7 @@
 use bytes::Bytes;
 use drove_placement::locate_vdi;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
-use drove_types::{ClusterMap, Epoch, Error, NodeId, NodeState, ObjectId, Result};
+use drove_types::{ClusterMap, Epoch, Error, ErrorKind, NodeId, NodeState, ObjectId, Result};
 use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -825,9 +825,12 @@ impl Repair for Recoverer {
         Box::pin(self.recover(oid, false))
     }
 
-    fn absence_known(&self, oid: ObjectId) -> bool {
+    fn absence_known(&self, oid: ObjectId, at: Epoch) -> bool {
         let view = self.view();
         let epoch = view.map.epoch;
+        if epoch != at {
+            return false;
+        }
         {
             let a = self.absent.lock();
             if a.0 == epoch && a.1.contains(&oid) {
@@ -841,12 +844,21 @@ impl Repair for Recoverer {
         true
     }
 
-    fn confirm_absent(&self, oid: ObjectId) -> BoxFuture<'_, Result<()>> {
+    fn confirm_absent(&self, oid: ObjectId, at: Epoch) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            if self.absence_known(oid) {
+            let epoch = self.view().map.epoch;
+            if epoch > at {
+                return Err(Error::new(
+                    ErrorKind::StaleEpoch,
+                    format!(
+                        "Request from epoch {at}; this node is at epoch {epoch}, on whose \
+                         map it answers for its absent copy of object {oid}"
+                    ),
+                ));
+            }
+            if self.absence_known(oid, epoch) {
                 return Ok(());
             }
-            let epoch = self.view().map.epoch;
             tracing::debug!(me = %self.me, %oid, "no copy here and a node that held it is down: recovering it first");
             self.local.catchup().mark_pending(oid);
             self.recover(oid, false).await?;

@@ -1,0 +1,85 @@
+//! Recovery on the simulator: drove's own recovery code over a simulated network
+//! and disks, for cases a fault run reaches only by chance.
+use bytes::Bytes;
+use drove_sim::cluster::{Disks, SimCluster};
+use drove_sim::Model;
+use drove_types::{NodeId, NodeState, ObjectId, WritePolicy};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A node with no copy of an object says whether there is anything to have only
+/// on the map of the request it answers. Here every holder is marked down, so the
+/// object falls to a node that never had it; they come back, and on the new map
+/// that node holds nothing and knows it. A read made on the earlier map, admitted
+/// before the node worked the new one out, was answered on the new map: zeros,
+/// for data acknowledged long before (`drove sim faults --seed 121 --time 40s`).
+#[test]
+fn test_an_absent_copy_is_answered_for_on_the_map_of_the_request_only() {
+    use drove_meta::Command;
+    use drove_proto::{PeerReq, PeerResp};
+    use drove_types::ErrorKind;
+    let rt = drove_sim::runtime().unwrap();
+    rt.block_on(async {
+        let model = Model {
+            zones: 1,
+            nodes_per_zone: 4,
+            ..Model::default()
+        };
+        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
+        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        c.publish();
+        let oid = ObjectId::new(vdi.id, 0);
+        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
+        let x = (1..=4).map(NodeId).find(|n| !placed.contains(n)).unwrap();
+        let g = c
+            .acquire("v", placed[0], Duration::from_secs(600))
+            .await
+            .unwrap();
+        let gw = c.node(placed[0]).unwrap().gateway.clone();
+        gw.write(&vdi, oid, 0, Bytes::from(vec![5u8; 4096]), false, g)
+            .await
+            .unwrap();
+        let judge = |state| Command::JudgeNodes {
+            verdicts: placed.iter().map(|&n| (n, state)).collect(),
+            term: 0,
+        };
+        c.apply(&judge(NodeState::Down)).unwrap();
+        let down = c.map().epoch;
+        assert_eq!(
+            drove_placement::locate_vdi(&c.map(), &vdi, oid),
+            vec![x],
+            "the object falls to the node without a copy"
+        );
+        let node = c.node(x).unwrap();
+        let limit = Instant::now() + Duration::from_secs(30);
+        while node.local.catchup().epoch() != down {
+            assert!(
+                Instant::now() < limit,
+                "node {x} never worked out epoch {down}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let read = PeerReq::Read {
+            oid,
+            offset: 0,
+            len: 4096,
+            epoch: down,
+        };
+        // Nobody up listed a copy: it is not pending there (asked on that map, it
+        // would find its holders down and wait for them). They come back: on the new map it holds nothing, and knows it; the
+        // earlier map's read, admitted at the epoch it has worked out, is sent
+        // to the newer map, not answered with zeros.
+        c.apply(&judge(NodeState::Up)).unwrap();
+        assert!(node.local.catchup().is_current(oid));
+        assert_eq!(node.local.catchup().epoch(), down, "not worked out yet");
+        match node.local.apply(&read, Bytes::new()).await {
+            Err(e) => assert_eq!(e.kind(), ErrorKind::StaleEpoch, "{e}"),
+            Ok((PeerResp::Data, data)) => panic!(
+                "a read of epoch {down} answered on the newer map: {} bytes, first {}",
+                data.len(),
+                data[0]
+            ),
+            Ok(other) => panic!("{other:?}"),
+        }
+    });
+}
