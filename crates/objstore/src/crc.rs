@@ -33,6 +33,41 @@ pub(crate) fn set_entry(crcs: &mut [u8], i: usize, crc: u32) {
     crcs[i * CRC_LEN..(i + 1) * CRC_LEN].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// The content digest of a copy from its blocks' stored values, given as a buffer
+/// of little-endian entries in block order (see [`crate::content_crc`]).
+pub(crate) fn digest_entries(entries: &[u8]) -> u32 {
+    crc32c::crc32c(entries)
+}
+
+/// The content digest of `len` bytes of zeros (a missing object): every entry 0.
+pub(crate) fn zeros_digest(len: u64) -> u32 {
+    let mut left = len.div_ceil(BLOCK_SIZE) * CRC_LEN as u64;
+    let mut crc = 0;
+    while left > 0 {
+        let n = left.min(crate::sys::ZEROS.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &crate::sys::ZEROS[..n]);
+        left -= n as u64;
+    }
+    crc
+}
+
+/// The content digest of `data`, computed from the data (a last partial block
+/// counts as padded with zeros).
+pub(crate) fn data_digest(data: &[u8]) -> u32 {
+    let mut crc = 0;
+    for block in data.chunks(BLOCK) {
+        let v = if block.len() == BLOCK {
+            stored_crc(block)
+        } else {
+            let mut padded = [0u8; BLOCK];
+            padded[..block.len()].copy_from_slice(block);
+            stored_crc(&padded)
+        };
+        crc = crc32c::crc32c_append(crc, &v.to_le_bytes());
+    }
+    crc
+}
+
 /// Check block number `block` of `oid` against its stored checksum.
 pub(crate) fn verify(oid: ObjectId, block: u64, data: &[u8], stored: u32) -> Result<(), Error> {
     let computed = stored_crc(data);
@@ -70,6 +105,26 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Corrupt);
         assert!(e.message().contains("0000000700000003"));
         assert!(e.message().contains("block 9"));
+    }
+
+    #[test]
+    fn test_digests_from_data_from_entries_and_of_zeros_agree() {
+        let mut data = vec![0u8; 5 * BLOCK];
+        data[BLOCK + 3] = 9;
+        data[4 * BLOCK] = 1;
+        let mut entries = vec![0u8; 5 * CRC_LEN];
+        for (i, b) in data.chunks(BLOCK).enumerate() {
+            set_entry(&mut entries, i, stored_crc(b));
+        }
+        assert_eq!(data_digest(&data), digest_entries(&entries));
+        let zeros = vec![0u8; 5 * BLOCK];
+        assert_eq!(data_digest(&zeros), zeros_digest(5 * BLOCK as u64));
+        assert_ne!(data_digest(&data), data_digest(&zeros));
+        // Past the 64 KiB of zeros zeros_digest works from: 4 MiB, 1,024 entries.
+        let big = vec![0u8; 4 << 20];
+        assert_eq!(data_digest(&big), zeros_digest(4 << 20));
+        // A last partial block counts as padded with zeros.
+        assert_eq!(data_digest(&data[..4 * BLOCK + 1]), data_digest(&data));
     }
 
     #[test]

@@ -120,6 +120,14 @@ impl ObjectStore for FileStore {
         self.write_then_set(oid, offset, data, None)
     }
 
+    fn content_crc(&self, oid: ObjectId, len: u32) -> Result<u32> {
+        check_range(oid, self.object_size, 0, u64::from(len))?;
+        match self.handle(oid, false)? {
+            Some(f) => f.content_crc(len),
+            None => Ok(crate::zeros_content_crc(len)),
+        }
+    }
+
     fn write_versioned(
         &self,
         oid: ObjectId,

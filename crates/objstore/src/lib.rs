@@ -129,6 +129,16 @@ pub trait ObjectStore: Send + Sync {
         Ok(())
     }
 
+    /// The content digest of the first `len` bytes of `oid` ([`content_crc`]): two
+    /// copies have the same one exactly when their blocks' checksums agree. A store
+    /// that keeps block checksums reads only those (4 bytes per 4 KiB block), not
+    /// the data: so a block whose data rotted under its checksum is not seen here
+    /// (a read or a scrub finds it). A missing object digests as zeros. The
+    /// default reads the data (and fails on a block that does not verify).
+    fn content_crc(&self, oid: ObjectId, len: u32) -> Result<u32> {
+        Ok(content_crc(&self.read(oid, 0, len)?))
+    }
+
     /// Whether the object exists (was written and not deleted since).
     fn exists(&self, oid: ObjectId) -> Result<bool>;
 
@@ -157,6 +167,20 @@ pub trait ObjectStore: Send + Sync {
     fn never_blocks(&self) -> bool {
         false
     }
+}
+
+/// The content digest of `data` (an object's first bytes): crc32c over the stored
+/// checksum of each 4 KiB block, little-endian, in block order (a last partial
+/// block counts as padded with zeros). It is what [`ObjectStore::content_crc`]
+/// gives from a store's checksums without reading the data, so a copy read and
+/// verified and a copy digested from its checksums compare.
+pub fn content_crc(data: &[u8]) -> u32 {
+    crc::data_digest(data)
+}
+
+/// The content digest of `len` bytes of zeros: a missing object's.
+pub fn zeros_content_crc(len: u32) -> u32 {
+    crc::zeros_digest(u64::from(len))
 }
 
 /// What one VDI takes in a store.

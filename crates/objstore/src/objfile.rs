@@ -251,6 +251,22 @@ impl ObjFile {
         Ok(buf)
     }
 
+    /// The content digest of the first `len` bytes from the stored checksums
+    /// alone (4 bytes read per 4 KiB block; see [`crate::content_crc`]).
+    pub(crate) fn content_crc(&self, len: u32) -> Result<u32> {
+        let blocks = u64::from(len).div_ceil(BS);
+        if blocks == 0 {
+            return Ok(crc::digest_entries(&[]));
+        }
+        let n = usize::try_from(blocks)
+            .map_err(|_| Error::invalid(format!("object {}: digest too large", self.oid)))?
+            * CRC_LEN;
+        let _locks = self.stripes.read(0, blocks - 1);
+        let entries =
+            sys::read_new_at(&self.crc, n, 0).map_err(|e| self.io_err("read checksums", e))?;
+        Ok(crc::digest_entries(&entries))
+    }
+
     /// Check whole blocks `buf`, the first being block `first`, against their
     /// stored checksums.
     fn verify_blocks(&self, first: u64, buf: &[u8]) -> Result<()> {

@@ -312,8 +312,70 @@ fn replace_writes_the_whole_object_and_its_version(s: &dyn ObjectStore) {
     );
 }
 
+/// The content digest from the store's checksums is the one computed from the
+/// data read back, through writes, zeroing, replacing and deleting; copies with
+/// the same bytes have the same digest, whatever way the bytes came.
+fn content_digest_follows_the_data(s: &dyn ObjectStore) {
+    let len = OBJ as u32;
+    let check = |o: ObjectId, what: &str| {
+        let data = s.read(o, 0, len).unwrap();
+        assert_eq!(
+            s.content_crc(o, len).unwrap(),
+            drove_objstore::content_crc(&data),
+            "{what}"
+        );
+    };
+    let (a, b) = (oid(9, 0), oid(9, 1));
+    assert_eq!(
+        s.content_crc(a, len).unwrap(),
+        drove_objstore::zeros_content_crc(len),
+        "a missing object digests as zeros"
+    );
+    s.write(a, 5 * BS + 7, &pattern(3, 9000)).unwrap();
+    check(a, "after a write");
+    s.write_zeroes(a, 6 * BS, 2 * BS).unwrap();
+    check(a, "after zeroing");
+    // The same bytes reached another way: a replace of what a reads.
+    let data = s.read(a, 0, len).unwrap();
+    s.replace(b, &data, ObjVersion::default()).unwrap();
+    assert_eq!(
+        s.content_crc(a, len).unwrap(),
+        s.content_crc(b, len).unwrap()
+    );
+    s.write(b, OBJ - 1, &[1]).unwrap();
+    assert_ne!(
+        s.content_crc(a, len).unwrap(),
+        s.content_crc(b, len).unwrap(),
+        "one byte differs"
+    );
+    // Zeros written are zeros: an object of zeros digests as a missing one.
+    s.write(a, 0, &vec![0u8; OBJ as usize]).unwrap();
+    assert_eq!(
+        s.content_crc(a, len).unwrap(),
+        drove_objstore::zeros_content_crc(len)
+    );
+    s.delete(b).unwrap();
+    check(b, "after a delete");
+    // A prefix is digested as such.
+    s.write(a, 0, &pattern(4, 8192)).unwrap();
+    let head = s.read(a, 0, 8192).unwrap();
+    assert_eq!(
+        s.content_crc(a, 8192).unwrap(),
+        drove_objstore::content_crc(&head)
+    );
+    assert_eq!(
+        s.content_crc(a, len + 1).unwrap_err().kind(),
+        ErrorKind::Invalid
+    );
+}
+
 macro_rules! conformance {
     ($make:expr) => {
+        #[test]
+        fn test_content_digest_follows_the_data() {
+            let (_guard, s) = $make;
+            super::content_digest_follows_the_data(&s);
+        }
         #[test]
         fn test_replace_writes_the_whole_object_and_its_version() {
             let (_guard, s) = $make;

@@ -43,6 +43,27 @@ fn flip_byte(path: &Path, at: u64) {
     f.write_all_at(&[b[0] ^ 0x40], at).unwrap();
 }
 
+/// The content digest is read from the checksum file, not the data: a byte that
+/// rotted under its checksum does not change it (reads and scrubs find that), a
+/// changed checksum does.
+#[test]
+fn test_the_content_digest_reads_the_checksums_not_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let o = oid(0xab, 4);
+    s.write(o, 0, &[7u8; 4 * 4096]).unwrap();
+    let before = s.content_crc(o, OBJ as u32).unwrap();
+    assert_eq!(
+        before,
+        drove_objstore::content_crc(&s.read(o, 0, OBJ as u32).unwrap())
+    );
+    flip_byte(&find(dir.path(), &o.to_string()), 4096 + 5);
+    assert_eq!(s.read(o, 0, 8192).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert_eq!(s.content_crc(o, OBJ as u32).unwrap(), before);
+    flip_byte(&find(dir.path(), &format!("{o}.crc")), 3 * 4 + 1);
+    assert_ne!(s.content_crc(o, OBJ as u32).unwrap(), before);
+}
+
 #[test]
 fn test_flipped_data_byte_reads_as_corrupt() {
     let dir = tempfile::tempdir().unwrap();

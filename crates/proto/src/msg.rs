@@ -105,6 +105,12 @@ pub enum PeerReq {
         len: u32,
         /// The asker's epoch.
         epoch: Epoch,
+        /// Read and verify each copy's data (`vdi check`, and recovery once a
+        /// source failed its checksums): the digest then also says whether the
+        /// copy is corrupt. Without it the digest comes from the copy's stored
+        /// block checksums alone, 4 bytes per 4 KiB block: recovery compares
+        /// copies that way, without reading them.
+        read: bool,
     },
     /// The whole object (`len` bytes from 0), for recovery. The receiver first waits
     /// until it knows `epoch` and every write it admitted before is applied, so the
@@ -160,9 +166,11 @@ pub struct ObjDigest {
     pub current: bool,
     /// The last epoch at which the replica had recovered everything it held.
     pub clean_epoch: Epoch,
-    /// crc32c of the object's content (missing ranges as zeros); 0 when unreadable.
+    /// The content digest of the copy (`drove_objstore::content_crc`: crc32c of
+    /// its blocks' checksums; a missing object as zeros); 0 when unreadable.
     pub crc: u32,
-    /// The copy failed its block checksums.
+    /// The copy failed its block checksums (known only from a digest that read
+    /// the data).
     pub corrupt: bool,
     /// The version of the copy's last write (zero when missing).
     pub version: ObjVersion,

@@ -16,7 +16,7 @@ use drove_types::{NodeId, ObjectId, Result, VdiInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-use crate::local::blocking;
+use crate::local::{blocking, DigestBy};
 use crate::recovery::{pick_source, Recoverer};
 
 /// One replica of one object as a check saw it.
@@ -157,7 +157,9 @@ impl Recoverer {
             .copied()
             .filter(|n| !silent.contains(n))
             .collect();
-        let got = self.digests_of(&ask, oid, len, epoch).await;
+        let got = self
+            .digests_of(&ask, oid, len, epoch, DigestBy::Reading)
+            .await;
         nodes
             .iter()
             .map(|&n| ReplicaView {
@@ -261,7 +263,10 @@ impl Recoverer {
             if paced {
                 self.throttle(u64::from(vdi.object_size)).await;
             }
-            let d = self.local.digest(oid, vdi.object_size).await?;
+            let d = self
+                .local
+                .digest(oid, vdi.object_size, DigestBy::Reading)
+                .await?;
             if !d.corrupt {
                 continue;
             }

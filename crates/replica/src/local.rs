@@ -362,6 +362,7 @@ impl LocalStore {
                 ref oids,
                 len,
                 epoch,
+                read,
             } => {
                 self.check_oids(oids, Some(len)).await?;
                 self.catchup.admit_epoch(epoch, false).await?;
@@ -375,7 +376,7 @@ impl LocalStore {
                 let same_map = self.catalog.get().map.epoch == epoch;
                 let mut out = Vec::with_capacity(oids.len());
                 for &oid in oids {
-                    let mut d = self.digest(oid, len).await?;
+                    let mut d = self.digest(oid, len, DigestBy::from_wire(read)).await?;
                     d.current &= same_map;
                     out.push(d);
                 }
@@ -426,17 +427,20 @@ impl LocalStore {
     }
 
     /// This node's view of `oid` (`len` bytes long), with no write in flight.
-    pub async fn digest(&self, oid: ObjectId, len: u32) -> Result<ObjDigest> {
+    pub async fn digest(&self, oid: ObjectId, len: u32, by: DigestBy) -> Result<ObjDigest> {
         let _held = self.catchup.copy_lock(oid).await;
         let clean_epoch = self.catchup.clean_epoch();
         let (present, crc, corrupt, version) = blocking(&self.store, move |s| {
             if !s.exists(oid)? {
-                let zeros = crc32c::crc32c(&vec![0u8; len as usize]);
+                let zeros = drove_objstore::zeros_content_crc(len);
                 return Ok((false, zeros, false, ObjVersion::default()));
             }
             let version = s.version(oid)?;
+            if by == DigestBy::Checksums {
+                return Ok((true, s.content_crc(oid, len)?, false, version));
+            }
             match s.read(oid, 0, len) {
-                Ok(data) => Ok((true, crc32c::crc32c(&data), false, version)),
+                Ok(data) => Ok((true, drove_objstore::content_crc(&data), false, version)),
                 Err(e) if e.kind() == ErrorKind::Corrupt => Ok((true, 0, true, version)),
                 Err(e) => Err(e),
             }
@@ -450,6 +454,35 @@ impl LocalStore {
             corrupt,
             version,
         })
+    }
+}
+
+/// How a digest looks at a copy ([`LocalStore::digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestBy {
+    /// From the copy's stored block checksums alone (4 bytes per 4 KiB block):
+    /// what recovery compares copies by. A block whose data rotted under its
+    /// checksum is not seen (a read, which then goes to another copy, or a scrub
+    /// finds it), so the copy is never called corrupt.
+    Checksums,
+    /// Read the data and verify every block: the digest says whether the copy is
+    /// corrupt (`vdi check`, scrub, and recovery once a source failed).
+    Reading,
+}
+
+impl DigestBy {
+    /// From a [`PeerReq::Digest`]'s `read`.
+    pub fn from_wire(read: bool) -> DigestBy {
+        if read {
+            DigestBy::Reading
+        } else {
+            DigestBy::Checksums
+        }
+    }
+
+    /// As a [`PeerReq::Digest`]'s `read`.
+    pub fn to_wire(self) -> bool {
+        self == DigestBy::Reading
     }
 }
 

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::catchup::Repair;
-use crate::local::{blocking, LocalStore};
+use crate::local::{blocking, DigestBy, LocalStore};
 use crate::throttle::TokenBucket;
 use crate::Transport;
 
@@ -526,9 +526,29 @@ impl Recoverer {
     }
 
     /// Make this node's copy of `oid` current (one copy of an object at a time).
+    ///
+    /// The copies are compared by their block checksums, not read: a node coming
+    /// back from a crash holds thousands of copies, nearly all as good as the
+    /// others', and reading each on every replica to say so (the digest used to
+    /// read and checksum the whole object) made its return read three times what
+    /// it held (`drove sim dc-loss --return-after 60s`). A source whose data
+    /// fails its checksums when sent is found then, and the choice is made again
+    /// with digests that read every copy, which see it corrupt.
     pub(crate) async fn recover(&self, oid: ObjectId, limited: bool) -> Result<()> {
         let slot = self.slot(oid);
         let _one = slot.lock().await;
+        match self.recover_by(oid, limited, DigestBy::Checksums).await {
+            Err(e) if e.kind() == ErrorKind::Corrupt => {
+                tracing::info!(me = %self.me, %oid, "recovery: a copy failed its checksums, comparing the copies again by reading them: {e}");
+                self.recover_by(oid, limited, DigestBy::Reading).await
+            }
+            res => res,
+        }
+    }
+
+    /// [`Recoverer::recover`] with the copies' digests taken `by` checksums or by
+    /// reading them; the caller holds the object's slot.
+    async fn recover_by(&self, oid: ObjectId, limited: bool, by: DigestBy) -> Result<()> {
         let cu = self.local.catchup();
         if cu.is_current(oid) {
             return Ok(());
@@ -565,8 +585,8 @@ impl Recoverer {
         }
         // Every answer counts as one (a node that dropped its copy holds no write
         // the others lack); only some are sources.
-        let mut digests = self.digests_of(&others, oid, len, view.map.epoch).await;
-        let mine = self.local.digest(oid, len).await?;
+        let mut digests = self.digests_of(&others, oid, len, view.map.epoch, by).await;
+        let mine = self.local.digest(oid, len, by).await?;
         // A copy in the VDI's home zone when it took its version's writes.
         let near = |n: NodeId, at: Epoch| view.in_home(vdi, n, at);
         let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
@@ -591,7 +611,9 @@ impl Recoverer {
                 .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
                 .collect();
             if !unasked.is_empty() {
-                let more = self.digests_of(&unasked, oid, len, view.map.epoch).await;
+                let more = self
+                    .digests_of(&unasked, oid, len, view.map.epoch, by)
+                    .await;
                 digests.extend(more);
                 source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
             }
@@ -648,12 +670,14 @@ impl Recoverer {
         oid: ObjectId,
         len: u32,
         epoch: Epoch,
+        by: DigestBy,
     ) -> Vec<(NodeId, ObjDigest)> {
         let asks = nodes.iter().map(|&n| async move {
             let req = PeerReq::Digest {
                 oids: vec![oid],
                 len,
                 epoch,
+                read: by.to_wire(),
             };
             match self.short_call(n, req).await {
                 Ok((PeerResp::Digests(d), _)) if d.len() == 1 => Some((n, d[0])),
@@ -784,9 +808,12 @@ impl Recoverer {
             if placed.contains(&self.me) || placed.len() < usize::from(vdi.copies) {
                 continue;
             }
-            let mine = self.local.digest(oid, vdi.object_size).await?;
+            // By checksums: the new holders' copies were written by recovery; rot
+            // under a checksum is a scrub's to find, as for any copy.
+            let by = DigestBy::Checksums;
+            let mine = self.local.digest(oid, vdi.object_size, by).await?;
             let ds = self
-                .digests_of(&placed, oid, vdi.object_size, view.map.epoch)
+                .digests_of(&placed, oid, vdi.object_size, view.map.epoch, by)
                 .await;
             left += 1;
             let confirmed = ds.len() == placed.len()

@@ -219,13 +219,13 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
         panic!("not an error: {resp:?}");
     };
     assert!(
-        e.msg.contains("version 3, you speak version 1"),
+        e.msg.contains("version 4, you speak version 1"),
         "{}",
         e.msg
     );
     let log = logs.text();
     assert!(
-        log.contains("Peer speaks drove wire version 1, this node speaks 3"),
+        log.contains("Peer speaks drove wire version 1, this node speaks 4"),
         "{log}"
     );
 }
@@ -235,25 +235,25 @@ async fn test_a_newer_version_is_refused_naming_both_versions() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut hello = hello_bytes(CLUSTER).to_vec();
-    hello[3] = b'4';
+    hello[3] = b'5';
     s.write_all(&hello).await.unwrap();
     let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
         .await
         .unwrap()
         .unwrap();
     let HelloReply::Refused(why) = reply.header else {
-        panic!("welcomed version 4");
+        panic!("welcomed version 5");
     };
-    assert!(why.contains("version 4, this node speaks 3"), "{why}");
+    assert!(why.contains("version 5, this node speaks 4"), "{why}");
 }
 
 #[tokio::test]
 async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() {
-    // A node of version 4 answers in its own format; a version-1 node hangs up.
+    // A node of version 5 answers in its own format; a version-1 node hangs up.
     for (answer, want) in [
         (
-            &b"DRV4\0\0\0\x20\0\0\0\0"[..],
-            "speaks drove wire version 4, this node speaks 3",
+            &b"DRV5\0\0\0\x20\0\0\0\0"[..],
+            "speaks drove wire version 5, this node speaks 4",
         ),
         (
             &b""[..],

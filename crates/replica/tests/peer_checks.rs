@@ -72,6 +72,7 @@ async fn test_lengths_past_an_object_are_refused_without_allocating_them() {
         oids: vec![oid; 4],
         len: u32::MAX,
         epoch: Epoch(1),
+        read: true,
     };
     let read = PeerReq::Read {
         oid,
@@ -279,6 +280,7 @@ async fn test_a_node_on_a_later_map_calls_no_copy_current_to_an_asker_on_an_earl
         oids: vec![held, absent],
         len: v.object_size,
         epoch,
+        read: false,
     };
     let ask = |req| async {
         match nodes[0].pool.call(NodeId(2), req, Bytes::new()).await {

@@ -32,10 +32,10 @@ async fn test_announced_frames_do_not_make_the_server_allocate_them_all() {
         ..ServerLimits::default()
     })
     .await;
-    // The prefix of a 60 MB frame ("DRV3", length, any checksum), a plausible
+    // The prefix of a 60 MB frame ("DRV4", length, any checksum), a plausible
     // request id and header length, then the rest of 40 MB of it, from one buffer
     // shared by every sender and touched before the baseline.
-    let mut bytes = b"DRV3".to_vec();
+    let mut bytes = b"DRV4".to_vec();
     bytes.extend_from_slice(&(FRAME as u32).to_be_bytes());
     bytes.extend_from_slice(&[0; 4]);
     bytes.extend_from_slice(&1u64.to_be_bytes());

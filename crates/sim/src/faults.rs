@@ -20,6 +20,7 @@
 //! Everything a run does follows from its seed and the simulated clock: the same
 //! seed prints the same report, byte for byte.
 use bytes::Bytes;
+use drove_replica::local::DigestBy;
 use drove_types::{NodeId, ObjectId, VdiInfo, WritePolicy};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -704,7 +705,11 @@ async fn copies_of(c: &Arc<SimCluster>, vdi: &VdiInfo, oid: ObjectId) -> String 
     );
     for id in c.node_ids() {
         let Some(n) = c.node(id) else { continue };
-        let Ok(d) = n.local.digest(oid, vdi.object_size).await else {
+        let Ok(d) = n
+            .local
+            .digest(oid, vdi.object_size, DigestBy::Reading)
+            .await
+        else {
             continue;
         };
         if d.present || placed.contains(&id) {

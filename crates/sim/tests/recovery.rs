@@ -4,8 +4,87 @@ use bytes::Bytes;
 use drove_sim::cluster::{Disks, SimCluster};
 use drove_sim::Model;
 use drove_types::{NodeId, NodeState, ObjectId, WritePolicy};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// Run the failure detector until `node` is in `state` (at most a simulated
+/// minute).
+async fn until_state(c: &SimCluster, node: NodeId, state: NodeState) {
+    let mut since = BTreeMap::new();
+    let limit = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < limit {
+        c.detect(&mut since);
+        if c.map().node(node).is_some_and(|n| n.state == state) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("node {node} never became {state:?}");
+}
+
+/// Copies are compared by their block checksums, which do not see data that rotted
+/// under them: the source so chosen fails when it sends its copy, and recovery must
+/// then compare the copies by reading them and take the good one. Without that
+/// second look it chose the same rotten source round after round and the returning
+/// node never caught up.
+#[test]
+fn test_a_returning_node_passes_over_a_source_whose_data_rotted() {
+    let rt = drove_sim::runtime().unwrap();
+    rt.block_on(async {
+        let model = Model {
+            zones: 1,
+            nodes_per_zone: 3,
+            ..Model::default()
+        };
+        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
+        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        c.publish();
+        let oid = ObjectId::new(vdi.id, 0);
+        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
+        assert_eq!(placed.len(), 3);
+        // The writer is one node, the returning node another.
+        let writer = placed[0];
+        let back = placed[2];
+        let g = c
+            .acquire("v", writer, Duration::from_secs(600))
+            .await
+            .unwrap();
+        let gw = c.node(writer).unwrap().gateway.clone();
+        gw.write(&vdi, oid, 0, Bytes::from(vec![1u8; 8192]), false, g)
+            .await
+            .unwrap();
+        c.crash(back);
+        until_state(&c, back, NodeState::Down).await;
+        // Written while it is away: its copy is now behind (an older version).
+        gw.write(&vdi, oid, 0, Bytes::from(vec![2u8; 8192]), false, g)
+            .await
+            .unwrap();
+        // The data of the first source recovery tries rots under its checksums.
+        let rotten = c.node(placed[0]).unwrap();
+        rotten.mem.as_ref().unwrap().corrupt_block(oid, 1);
+        assert!(rotten.store.read(oid, 0, 8192).is_err());
+        c.restart(back);
+        until_state(&c, back, NodeState::Up).await;
+        let node = c.node(back).unwrap();
+        let limit = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = node.recoverer.progress();
+            if p.clean && p.epoch == c.map().epoch.0 {
+                break;
+            }
+            assert!(Instant::now() < limit, "node {back} never caught up: {p:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let got = node.store.read(oid, 0, 8192).unwrap();
+        assert!(
+            got.iter().all(|&b| b == 2),
+            "node {back} holds an older copy (first byte {})",
+            got[0]
+        );
+        assert!(node.local.catchup().is_current(oid));
+    });
+}
 
 /// A node with no copy of an object says whether there is anything to have only
 /// on the map of the request it answers. Here every holder is marked down, so the
