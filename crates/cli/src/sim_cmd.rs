@@ -54,6 +54,11 @@ pub struct DcLossArgs {
     /// The failure detector sends one command (one epoch) per node, as before.
     #[arg(long)]
     per_node_verdicts: bool,
+    /// Once the nodes left are clean, bring the lost zone back after this long
+    /// (e.g. 60s): its nodes restart on the disks they had and catch up; the run
+    /// then also reports that return.
+    #[arg(long)]
+    return_after: Option<String>,
 }
 
 #[derive(Args)]
@@ -334,6 +339,12 @@ fn dc_loss(a: DcLossArgs, json: bool) -> Result<()> {
         },
         vdis: a.vdis,
         disk_mib: a.disk_mib,
+        return_after: a
+            .return_after
+            .as_deref()
+            .map(|t| secs(t, "--return-after"))
+            .transpose()?
+            .map(Duration::from_secs),
     };
     let started = std::time::Instant::now();
     let r = drove_sim::dcloss::run(&opts)?;
@@ -347,7 +358,7 @@ fn dc_loss(a: DcLossArgs, json: bool) -> Result<()> {
     } else {
         print!("{}", drove_sim::dcloss::text(&r));
     }
-    if !r.finished {
+    if !r.finished || r.returned.as_ref().is_some_and(|b| !b.finished) {
         bail!("Recovery did not finish within 600 simulated seconds");
     }
     Ok(())

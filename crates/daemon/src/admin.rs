@@ -181,7 +181,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         voters: st.voters,
         learners: st.learners,
         map: state.map.clone(),
-        epoch_history: state.epoch_history.to_vec(),
+        epoch_history: state.epoch_changes(),
         default_copies: state.settings.default_copies,
         vdi_count: state.vdis.len(),
         quorum_age_ms: st.quorum_age_ms,

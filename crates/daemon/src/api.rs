@@ -1,5 +1,5 @@
 //! The admin API's request and response bodies, shared by the node and the CLI.
-pub use drove_meta::{ClientRequestId, EpochRecord, VdiLock, QUORUM_FRESH};
+pub use drove_meta::{ClientRequestId, EpochNote, VdiLock, QUORUM_FRESH};
 
 /// The header by which a client names a request (32 hex digits, see
 /// [`ClientRequestId`]): the metadata commands it causes are applied at most once
@@ -214,8 +214,10 @@ pub struct Status {
     pub learners: Vec<NodeId>,
     /// Cluster map.
     pub map: ClusterMap,
-    /// Every epoch change so far.
-    pub epoch_history: Vec<EpochRecord>,
+    /// The epoch changes, oldest first: every one the history still holds (back
+    /// to the last epoch at which every node was up and clean) and, before them,
+    /// the last ones trimmed from it (`MAX_TRIMMED_NOTES`), without their maps.
+    pub epoch_history: Vec<EpochNote>,
     /// Copies of new VDIs by default.
     pub default_copies: u8,
     /// Number of VDIs.

@@ -157,7 +157,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let recovery_task = tokio::spawn(recoverer.clone().run());
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let data_dir = cfg.data.join("store");
-    let health_task = tokio::spawn(meta.clone().run_health(move || has_room(&data_dir)));
+    let clean_of = recoverer.clone();
+    let health_task = tokio::spawn(meta.clone().run_health(
+        move || has_room(&data_dir),
+        move || {
+            let p = clean_of.progress();
+            p.clean.then_some(drove_types::Epoch(p.epoch))
+        },
+    ));
     let mut nbd = NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
         handshake_timeout: cfg.nbd_handshake_timeout,
         max_connections: cfg.nbd_max_connections,

@@ -29,9 +29,10 @@ pub async fn follow(
     let mut rx = meta.watch();
     let me = meta.node_id();
     let mut handed: BTreeSet<(u32, u64)> = BTreeSet::new();
-    // The epoch maps only grow, at epoch changes: copied once per change, not at
+    // The epoch maps change only at epoch changes and trims: copied then, not at
     // every metadata change.
     let mut history: Arc<Vec<drove_types::ClusterMap>> = Arc::default();
+    let mut span = None;
     // Whether a sweep for objects of deleted VDIs is owed, and when the next is due
     // in any case.
     let mut owed = false;
@@ -51,7 +52,8 @@ pub async fn follow(
         local
             .catalog()
             .publish(catalog_of(&state, current.clone(), &by_id));
-        if history.len() != state.epoch_history.len() {
+        if span != drove_meta::history_span(&state.epoch_history) {
+            span = drove_meta::history_span(&state.epoch_history);
             history = Arc::new(state.epoch_history.iter().map(|r| r.map.clone()).collect());
         }
         let view = View {

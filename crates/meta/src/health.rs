@@ -24,11 +24,16 @@
 //! Each verdict carries the Raft term it was judged in and is refused if committed
 //! in another ([`Command::JudgeNodeState`]): a leader cut off from the majority hears
 //! nobody, and its verdicts must not be applied by the next leader after the heal.
+//!
+//! A heartbeat also says the epoch at which the node's recovery is clean, if it is.
+//! When every node of the map is up and clean at the current epoch, the leader
+//! trims the epoch history to it ([`Command::TrimHistory`]): no earlier map is
+//! needed any more.
 use crate::meta::Meta;
 use crate::state::Command;
 use axum::extract::State;
 use axum::Json;
-use drove_types::{NodeId, NodeState};
+use drove_types::{ClusterMap, Epoch, NodeId, NodeState};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -48,12 +53,18 @@ pub struct Heartbeat {
     pub node: NodeId,
     /// False when the node cannot store data (its disk is full): keep it down.
     pub healthy: bool,
+    /// The epoch at which the node's recovery is clean (every copy placed on it
+    /// at that epoch made current), when it is now; `None` while it recovers (and
+    /// from nodes that predate the field).
+    #[serde(default)]
+    pub clean: Option<Epoch>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     at: Instant,
     healthy: bool,
+    clean: Option<Epoch>,
 }
 
 /// What the leader knows of the nodes' liveness.
@@ -76,6 +87,7 @@ impl Health {
             Seen {
                 at: Instant::now(),
                 healthy: hb.healthy,
+                clean: hb.clean,
             },
         );
     }
@@ -130,6 +142,32 @@ impl Health {
             .collect()
     }
 
+    /// The epoch to trim the history to ([`Command::TrimHistory`]): the map's own,
+    /// when every node of it is up and said in a heartbeat received within
+    /// `within` of `now` that it is clean at that epoch, and the history still
+    /// starts earlier (`first_kept`).
+    fn trim_point(
+        &self,
+        map: &ClusterMap,
+        first_kept: Option<Epoch>,
+        within: Duration,
+        now: Instant,
+    ) -> Option<Epoch> {
+        if first_kept.is_none_or(|f| f >= map.epoch) || map.nodes.is_empty() {
+            return None;
+        }
+        let seen = self.seen.lock();
+        map.nodes
+            .values()
+            .all(|n| {
+                n.state == NodeState::Up
+                    && seen.get(&n.id).is_some_and(|s| {
+                        s.clean == Some(map.epoch) && now.saturating_duration_since(s.at) < within
+                    })
+            })
+            .then_some(map.epoch)
+    }
+
     fn set_leader(&self, leader: bool) {
         let mut since = self.leader_since.lock();
         match (leader, since.is_some()) {
@@ -163,9 +201,15 @@ pub const QUORUM_FRESH: Duration = Duration::from_secs(3);
 
 impl Meta {
     /// Send this node's heartbeat to the leader every second, with `healthy()` telling
-    /// whether its store can take data; on the leader, also mark silent nodes down and
-    /// returning ones up. Runs until the metadata service shuts down.
-    pub async fn run_health(self: Arc<Self>, healthy: impl Fn() -> bool + Send + 'static) {
+    /// whether its store can take data and `clean()` the epoch its recovery is clean
+    /// at; on the leader, also mark silent nodes down and returning ones up, and trim
+    /// the epoch history once every node is clean. Runs until the metadata service
+    /// shuts down.
+    pub async fn run_health(
+        self: Arc<Self>,
+        healthy: impl Fn() -> bool + Send + 'static,
+        clean: impl Fn() -> Option<Epoch> + Send + 'static,
+    ) {
         let me = self.node_id();
         let mut last_beat = Instant::now() - HEARTBEAT_EVERY;
         while !self.is_closed() {
@@ -177,6 +221,7 @@ impl Meta {
                 let hb = Heartbeat {
                     node: me,
                     healthy: healthy(),
+                    clean: clean(),
                 };
                 if leading {
                     self.health.record(hb);
@@ -240,6 +285,7 @@ impl Meta {
             .filter(|(id, s)| *s != NodeState::Up || !held(id))
             .collect();
         if verdicts.is_empty() {
+            self.trim_history(&state, down_after).await;
             return;
         }
         for (id, state) in &verdicts {
@@ -250,6 +296,28 @@ impl Meta {
         let n = verdicts.len();
         if let Err(e) = self.execute(Command::JudgeNodes { verdicts, term }).await {
             tracing::warn!(nodes = n, "cannot change the nodes' states: {e}");
+        }
+    }
+}
+
+impl Meta {
+    /// Trim the epoch history when every node is up and clean at the current
+    /// epoch (see [`Health::trim_point`]).
+    async fn trim_history(&self, state: &crate::MetaState, within: Duration) {
+        let first = state.epoch_history.first().map(|r| r.epoch);
+        let Some(keep_from) = self
+            .health
+            .trim_point(&state.map, first, within, Instant::now())
+        else {
+            return;
+        };
+        let dropped = state.epoch_history.len().saturating_sub(1);
+        match self.execute(Command::TrimHistory { keep_from }).await {
+            Ok(_) => tracing::info!(
+                epoch = %keep_from, dropped,
+                "every node is up and clean: epoch history trimmed to the current epoch"
+            ),
+            Err(e) => tracing::warn!(epoch = %keep_from, "cannot trim the epoch history: {e}"),
         }
     }
 }
@@ -274,10 +342,12 @@ mod tests {
         h.record(Heartbeat {
             node: NodeId(1),
             healthy: true,
+            clean: None,
         });
         h.record(Heartbeat {
             node: NodeId(3),
             healthy: true,
+            clean: None,
         });
         // A fresh leader waits a whole timeout before judging.
         assert!(h
@@ -300,6 +370,7 @@ mod tests {
         h.record(Heartbeat {
             node: NodeId(1),
             healthy: false,
+            clean: None,
         });
         assert_eq!(
             h.verdicts(nodes.into_iter(), d, Instant::now()),
@@ -326,6 +397,7 @@ mod tests {
             h.record(Heartbeat {
                 node: NodeId(n),
                 healthy: true,
+                clean: None,
             })
         };
         beat(3);
@@ -354,5 +426,49 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         let down = ids(&[(3, NodeState::Down)]);
         assert!(h.verdicts(down.into_iter(), d, Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn test_the_history_is_trimmed_once_every_node_is_up_and_clean_at_the_map_epoch() {
+        let h = Health::default();
+        let d = Duration::from_secs(5);
+        let mut map = ClusterMap {
+            epoch: Epoch(7),
+            ..Default::default()
+        };
+        for i in 1..=3 {
+            map.nodes
+                .insert(NodeId(i), drove_types::NodeInfo::new(NodeId(i), "z"));
+        }
+        let beat = |n, clean: Option<u64>| {
+            h.record(Heartbeat {
+                node: NodeId(n),
+                healthy: true,
+                clean: clean.map(Epoch),
+            })
+        };
+        let now = || Instant::now();
+        beat(1, Some(7));
+        beat(2, Some(7));
+        // Node 3 still recovers, then is clean at an older epoch: no trim.
+        beat(3, None);
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, now()), None);
+        beat(3, Some(6));
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, now()), None);
+        beat(3, Some(7));
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, now()), Some(Epoch(7)));
+        // Already trimmed to it: nothing to do.
+        assert_eq!(h.trim_point(&map, Some(Epoch(7)), d, now()), None);
+        assert_eq!(h.trim_point(&map, None, d, now()), None);
+        // A node down, or one last heard from too long ago: no trim.
+        map.nodes.get_mut(&NodeId(2)).unwrap().state = NodeState::Down;
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, now()), None);
+        map.nodes.get_mut(&NodeId(2)).unwrap().state = NodeState::Up;
+        let later = now() + Duration::from_secs(6);
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, later), None);
+        // A node never heard from at all.
+        map.nodes
+            .insert(NodeId(4), drove_types::NodeInfo::new(NodeId(4), "z"));
+        assert_eq!(h.trim_point(&map, Some(Epoch(2)), d, now()), None);
     }
 }

@@ -41,8 +41,9 @@ pub use meta::{random_u64, Meta};
 pub use state::lease::LeaseExtension;
 pub use state::tokens::{check_token_name, MAX_TOKENS};
 pub use state::{
-    ApiToken, ApplyResult, Command, EpochRecord, MetaState, Reply, Role, Settings, VdiLock,
-    DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE, MAX_VDI_SIZE, SECTOR_SIZE,
+    history_span, ApiToken, ApplyResult, Command, EpochNote, EpochRecord, MetaState, Reply, Role,
+    Settings, VdiLock, DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE,
+    MAX_VDI_SIZE, SECTOR_SIZE,
 };
 
 use drove_types::{NodeId, NodeInfo};

@@ -50,6 +50,41 @@ pub struct EpochRecord {
     pub map: ClusterMap,
 }
 
+/// An epoch change as `drove cluster status` shows it: when and what, without
+/// the map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochNote {
+    /// The epoch the change produced.
+    pub epoch: Epoch,
+    /// When the change was proposed, seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// What changed, for humans.
+    pub change: String,
+}
+
+impl From<&EpochRecord> for EpochNote {
+    fn from(r: &EpochRecord) -> Self {
+        EpochNote {
+            epoch: r.epoch,
+            at_unix: r.at_unix,
+            change: r.change.clone(),
+        }
+    }
+}
+
+/// Epoch changes trimmed from the history whose notes are kept for `drove cluster
+/// status` (the oldest go first).
+pub const MAX_TRIMMED_NOTES: usize = 1024;
+
+/// Which stretch of epochs an epoch history holds: its first and last epochs.
+/// The history is contiguous (one record per epoch, trimmed only from the front),
+/// so two histories with the same span hold the same records. Its length alone
+/// does not say that: trimmed and grown again, a history has its old length and
+/// other maps.
+pub fn history_span(history: &[EpochRecord]) -> Option<(Epoch, Epoch)> {
+    Some((history.first()?.epoch, history.last()?.epoch))
+}
+
 /// Cluster-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
@@ -153,10 +188,16 @@ pub struct VdiLock {
 pub struct MetaState {
     /// The cluster map; its epoch grows by one at every node add, remove or state change.
     pub map: ClusterMap,
-    /// Every epoch change, oldest first; never truncated. Shared between states
+    /// Every epoch change, oldest first, back to the last epoch at which every
+    /// node was up and clean ([`Command::TrimHistory`]). Shared between states
     /// (an `Arc`): the state machine copies its state at every applied batch of
     /// entries that readers still hold, and this list only changes at an epoch.
     pub epoch_history: Arc<Vec<EpochRecord>>,
+    /// What the last changes trimmed from the history were, oldest first, without
+    /// their maps (at most [`MAX_TRIMMED_NOTES`]): `drove cluster status` tells the
+    /// story of a failure after the cluster is clean again.
+    #[serde(default)]
+    pub trimmed_notes: Arc<Vec<EpochNote>>,
     /// The VDI table, by name. Shared between states as the history is: a command
     /// that changes no VDI (a lock, a node verdict) copies none.
     pub vdis: Arc<BTreeMap<String, VdiInfo>>,
@@ -214,6 +255,7 @@ impl Default for MetaState {
         MetaState {
             map: ClusterMap::default(),
             epoch_history: Arc::default(),
+            trimmed_notes: Arc::default(),
             vdis: Arc::default(),
             next_vdi_id: 1,
             next_node_id: 2,
@@ -552,6 +594,18 @@ pub enum Command {
         /// The whole new list (checked by [`drove_types::validate_client_names`]).
         nbd_clients: Vec<String>,
     },
+    /// Forget the epoch history before `keep_from`: the metadata leader saw every
+    /// node of that epoch's map up and clean at it (each had made current every
+    /// copy placed on it), so every acknowledged write of an earlier epoch is on
+    /// every copy that map places, and recovery never needs an earlier map: it
+    /// reasons as in a cluster born at `keep_from`. Without it the history, a
+    /// whole map per epoch, only grew: every node copied it at each new epoch and
+    /// recovery walked it per object. Refused unless `keep_from` is in the history
+    /// and every node of its map was up.
+    TrimHistory {
+        /// The oldest epoch kept.
+        keep_from: Epoch,
+    },
 }
 
 impl Command {
@@ -592,6 +646,7 @@ impl Command {
             Command::AddToken { .. } => "AddToken",
             Command::RemoveToken { .. } => "RemoveToken",
             Command::SetVdiAccess { .. } => "SetVdiAccess",
+            Command::TrimHistory { .. } => "TrimHistory",
         }
     }
 }
@@ -949,7 +1004,44 @@ impl MetaState {
             }
             Command::RemoveToken { name } => self.remove_token(name),
             Command::SetVdiAccess { name, nbd_clients } => self.set_vdi_access(name, nbd_clients),
+            Command::TrimHistory { keep_from } => self.trim_history(*keep_from),
         }
+    }
+
+    /// [`Command::TrimHistory`].
+    fn trim_history(&mut self, keep_from: Epoch) -> ApplyResult {
+        let Some(at) = self.epoch_history.iter().position(|r| r.epoch == keep_from) else {
+            return Err(invalid(format!(
+                "Epoch {keep_from} is not in the epoch history (epochs {} to {})",
+                self.epoch_history.first().map_or(0, |r| r.epoch.0),
+                self.map.epoch
+            )));
+        };
+        let map = &self.epoch_history[at].map;
+        if let Some(n) = map.nodes.values().find(|n| n.state != NodeState::Up) {
+            return Err(invalid(format!(
+                "Node {} was not up at epoch {keep_from}: the history before it is still needed",
+                n.id
+            )));
+        }
+        if at > 0 {
+            let notes = Arc::make_mut(&mut self.trimmed_notes);
+            notes.extend(self.epoch_history[..at].iter().map(EpochNote::from));
+            let extra = notes.len().saturating_sub(MAX_TRIMMED_NOTES);
+            notes.drain(..extra);
+            Arc::make_mut(&mut self.epoch_history).drain(..at);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Every epoch change still known, oldest first: the notes of those trimmed
+    /// from the history, then the history's.
+    pub fn epoch_changes(&self) -> Vec<EpochNote> {
+        self.trimmed_notes
+            .iter()
+            .cloned()
+            .chain(self.epoch_history.iter().map(EpochNote::from))
+            .collect()
     }
 
     /// `Locked` while a writer's lease on VDI `id` runs at `now` (seconds).

@@ -278,7 +278,7 @@ impl SimCluster {
                 "Node {from} does not reach the metadata"
             )));
         }
-        tokio::time::sleep(model.zone_delay * 2).await;
+        tokio::time::sleep(model.commit_time()).await;
         if !self.reaches_meta(from) {
             tokio::time::sleep(model.give_up).await;
             return Err(Error::unavailable(format!(
@@ -307,7 +307,8 @@ impl SimCluster {
         };
         let history = {
             let mut h = self.history.lock();
-            if h.len() != st.epoch_history.len() {
+            let span = drove_meta::history_span(&st.epoch_history);
+            if span != h.first().map(|m| m.epoch).zip(h.last().map(|m| m.epoch)) {
                 *h = Arc::new(st.epoch_history.iter().map(|r| r.map.clone()).collect());
             }
             h.clone()
@@ -333,8 +334,11 @@ impl SimCluster {
     /// The failure detector's round: a node unreachable (crashed, or cut off with
     /// its zone) for the model's `down_after` is marked down; a node marked down
     /// that runs and reaches the metadata again is marked up. `unreachable_since`
-    /// carries the detector's memory between rounds.
-    pub fn detect(&self, unreachable_since: &mut BTreeMap<NodeId, Instant>) {
+    /// carries the detector's memory between rounds. Each verdict command commits
+    /// after the model's commit time, one after the other as the leader's detector
+    /// sends them: one command per round (`JudgeNodes`), or one per node as before
+    /// (then 22 nodes lost take 22 commits, each a new epoch every node works out).
+    pub async fn detect(&self, unreachable_since: &mut BTreeMap<NodeId, Instant>) {
         let now = Instant::now();
         let down_after = self.model().down_after;
         let map = self.meta.lock().map.clone();
@@ -354,14 +358,42 @@ impl SimCluster {
             }
         }
         if verdicts.is_empty() {
+            self.trim_history().await;
             return;
         }
+        let commit = self.model().commit_time();
         if self.model().batch_verdicts {
+            tokio::time::sleep(commit).await;
             let _ = self.apply(&Command::JudgeNodes { verdicts, term: 0 });
         } else {
             for (id, state) in verdicts {
+                tokio::time::sleep(commit).await;
                 let _ = self.apply(&Command::JudgeNodeState { id, state, term: 0 });
             }
+        }
+    }
+
+    /// The leader's history trim, as drove's detector makes it from heartbeats:
+    /// when every node of the map is up, reaches the metadata and is clean at the
+    /// map's epoch, the epoch history is trimmed to that epoch
+    /// ([`Command::TrimHistory`]).
+    async fn trim_history(&self) {
+        let st = self.state();
+        let epoch = st.map.epoch;
+        if st.epoch_history.first().is_none_or(|r| r.epoch >= epoch) {
+            return;
+        }
+        let clean = st.map.nodes.values().all(|n| {
+            n.state == NodeState::Up
+                && self.reaches_meta(n.id)
+                && self.node(n.id).is_some_and(|x| {
+                    let p = x.recoverer.progress();
+                    p.clean && p.epoch == epoch.0
+                })
+        });
+        if clean {
+            tokio::time::sleep(self.model().commit_time()).await;
+            let _ = self.apply(&Command::TrimHistory { keep_from: epoch });
         }
     }
 

@@ -220,7 +220,7 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         tokio::spawn(async move {
             let mut since = BTreeMap::new();
             loop {
-                c.detect(&mut since);
+                c.detect(&mut since).await;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         })

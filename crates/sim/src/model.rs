@@ -46,6 +46,14 @@ pub struct Model {
     /// epoch, as drove does since `JudgeNodes`) or one command per node (one epoch
     /// each, as it did before).
     pub batch_verdicts: bool,
+    /// The metadata leader's log write for one command; a command commits after
+    /// this and a round trip between zones (a majority of voters in other zones).
+    #[serde(with = "micros")]
+    pub meta_log_write: Duration,
+    /// A node's cost per object it lists for a `List` request (a directory walk),
+    /// on the same queue as the requests it serves.
+    #[serde(with = "nanos", rename = "list_per_object_ns")]
+    pub list_per_object: Duration,
 }
 
 impl Default for Model {
@@ -66,11 +74,25 @@ impl Default for Model {
             request_timeout: drove_replica::PeerTimeouts::default().request,
             down_after: Duration::from_secs(3),
             batch_verdicts: true,
+            meta_log_write: Duration::from_millis(1),
+            list_per_object: Duration::from_nanos(LIST_NS_PER_OBJECT),
         }
     }
 }
 
+/// A `List`'s cost per object, in nanoseconds: FileStore's directory walk on this
+/// machine (see `docs/simulator.md`, "Costs measured on this machine").
+const LIST_NS_PER_OBJECT: u64 = 1_000;
+
 impl Model {
+    /// The time a metadata command takes to commit: the leader's log write and a
+    /// round trip to a majority in other zones. The failure detector's verdicts,
+    /// and every command a node sends, wait this long; commands from one sender
+    /// wait in turn.
+    pub fn commit_time(&self) -> Duration {
+        self.zone_delay * 2 + self.meta_log_write
+    }
+
     /// Nodes in all.
     pub fn nodes(&self) -> usize {
         self.zones * self.nodes_per_zone
@@ -128,8 +150,23 @@ impl Model {
                 "a silent node is given up after {:?} and marked down after {:?}; any request after {:?}",
                 self.give_up, self.down_after, self.request_timeout
             ),
+            format!(
+                "a metadata command commits after {:?} (a round trip between zones and a {:?} log write); a List costs {:?} per object listed; a digest reads what it covers on the serving node's disk",
+                self.commit_time(),
+                self.meta_log_write,
+                self.list_per_object
+            ),
             "the clock ticks every 1 ms (tokio's timer): a wait ending between two ticks ends on one of them at random, keeping its mean".to_string(),
         ]
+    }
+}
+
+mod nanos {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 }
 

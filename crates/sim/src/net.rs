@@ -47,6 +47,10 @@ pub struct Traffic {
     pub cross_zone_bytes: u64,
     /// `List` requests (a node asking another for every object it stores).
     pub lists: u64,
+    /// Objects digested for a peer (recovery and checks comparing copies).
+    pub digests: u64,
+    /// Bytes those digests read from the serving nodes' disks.
+    pub digest_read_bytes: u64,
 }
 
 /// What a node of the simulated network serves with.
@@ -336,6 +340,22 @@ impl SimTransport {
         let moved = match &req {
             PeerReq::Read { len, .. } => u64::from(*len),
             PeerReq::Fetch { len, .. } => u64::from(*len),
+            // A digest reads every object it covers, or only their block
+            // checksums (4 bytes per 4 KiB block).
+            PeerReq::Digest {
+                oids, len, read, ..
+            } => {
+                let per = if *read {
+                    u64::from(*len)
+                } else {
+                    u64::from(*len).div_ceil(4096) * 4
+                };
+                let read = per * oids.len() as u64;
+                let mut st = self.net.st.lock();
+                st.traffic.digests += oids.len() as u64;
+                st.traffic.digest_read_bytes += read;
+                read
+            }
             _ => payload.len() as u64,
         };
         let served = self
@@ -364,10 +384,18 @@ impl SimTransport {
             Ok(r) => r,
             Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),
         };
+        let mut answered = resume(served, woke);
+        if let PeerResp::List(oids) = &resp {
+            // A listing walks the store: its cost grows with what it finds.
+            let walk =
+                self.net.model.list_per_object * u32::try_from(oids.len()).unwrap_or(u32::MAX);
+            let walked = self.net.busy(node, walk, answered);
+            let at = self.net.sleep_to(walked).await;
+            answered = resume(at, Instant::now());
+        }
         if !self.net.alive(node, ep.incarnation) {
             return self.lost(node, start).await;
         }
-        let answered = resume(served, woke);
         match self
             .net
             .send(node, self.me, FRAME + data.len() as u64, answered)

@@ -14,7 +14,7 @@ async fn until_state(c: &SimCluster, node: NodeId, state: NodeState) {
     let mut since = BTreeMap::new();
     let limit = Instant::now() + Duration::from_secs(60);
     while Instant::now() < limit {
-        c.detect(&mut since);
+        c.detect(&mut since).await;
         if c.map().node(node).is_some_and(|n| n.state == state) {
             return;
         }

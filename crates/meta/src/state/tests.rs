@@ -784,3 +784,78 @@ fn test_verdicts_on_many_nodes_make_one_epoch_and_a_bad_one_changes_nothing() {
     assert_eq!(s.map.epoch, Epoch(e0.0 + 2));
     assert!(s.held_down.is_empty());
 }
+
+#[test]
+fn test_the_history_is_trimmed_only_to_an_epoch_every_node_was_up_at() {
+    let mut s = with_nodes(3);
+    let all_up = s.map.epoch;
+    let judge = |id: u64, state| Command::JudgeNodes {
+        verdicts: vec![(NodeId(id), state)],
+        term: 1,
+    };
+    s.apply(&judge(2, NodeState::Down), 200).unwrap();
+    let down = s.map.epoch;
+    s.apply(&judge(2, NodeState::Up), 201).unwrap();
+    let back = s.map.epoch;
+    let before = s.clone();
+    let trim = |e: Epoch| Command::TrimHistory { keep_from: e };
+    // Refused: an epoch at which a node was down, one not in the history (past
+    // the current one, or never made), and nothing changes.
+    let (kind, msg) = err_of(s.apply(&trim(down), 202));
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("Node 2 was not up"), "{msg}");
+    assert_eq!(
+        err_of(s.apply(&trim(Epoch(back.0 + 1)), 202)).0,
+        ErrorKind::Invalid
+    );
+    assert_eq!(err_of(s.apply(&trim(Epoch(0)), 202)).0, ErrorKind::Invalid);
+    assert_eq!(s, before, "a refused trim changed the state");
+    // Trimmed to an epoch all were up at: it and what follows are kept.
+    s.apply(&trim(all_up), 203).unwrap();
+    assert_eq!(s.epoch_history.first().unwrap().epoch, all_up);
+    assert_eq!(s.epoch_history.len() as u64, back.0 - all_up.0 + 1);
+    s.apply(&trim(back), 204).unwrap();
+    assert_eq!(s.epoch_history.len(), 1);
+    // What changed is still told, without the maps.
+    let changes = s.epoch_changes();
+    assert_eq!(changes.len() as u64, back.0);
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.change.contains("node 2 Up -> Down")),
+        "{changes:?}"
+    );
+    assert_eq!(changes.last().unwrap().epoch, back);
+    assert_eq!(s.epoch_history[0].epoch, back);
+    assert_eq!(s.epoch_history[0].map, s.map);
+    // Trimming to the first record kept again changes nothing; the map and the
+    // epochs still to come are untouched.
+    let kept = s.clone();
+    s.apply(&trim(back), 205).unwrap();
+    assert_eq!(s, kept);
+    s.apply(&judge(3, NodeState::Down), 206).unwrap();
+    assert_eq!(s.map.epoch, Epoch(back.0 + 1));
+    assert_eq!(s.epoch_history.len(), 2);
+    // The notes kept are bounded: the oldest go first.
+    let mut many = s.clone();
+    for i in 0..MAX_TRIMMED_NOTES as u64 + 10 {
+        let (id, state) = if i % 2 == 0 {
+            (3, NodeState::Up)
+        } else {
+            (3, NodeState::Down)
+        };
+        many.apply(&judge(id, state), 300 + i).unwrap();
+        if state == NodeState::Up {
+            many.apply(&trim(many.map.epoch), 300 + i).unwrap();
+        }
+    }
+    assert_eq!(many.trimmed_notes.len(), MAX_TRIMMED_NOTES);
+    assert!(many
+        .trimmed_notes
+        .windows(2)
+        .all(|w| w[0].epoch < w[1].epoch));
+    // The records trimmed away are gone from the state's JSON (its snapshot).
+    let json = serde_json::to_string(&s).unwrap();
+    let again: MetaState = serde_json::from_str(&json).unwrap();
+    assert_eq!(again, s);
+}
