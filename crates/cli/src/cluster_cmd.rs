@@ -139,6 +139,11 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 .map(|e| vec![e.epoch.to_string(), e.at_unix.to_string(), e.change.clone()])
                 .collect();
             table::print(&["EPOCH", "AT (unix)", "CHANGE"], &rows);
+            if let Some(from) = s.maps_from {
+                println!(
+                    "maps kept from epoch {from} (trimmed once every node is up and clean at the current epoch)"
+                );
+            }
             if let Some(why) = &unconfirmed {
                 println!();
                 println!("WARNING: {why}");

@@ -182,6 +182,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         learners: st.learners,
         map: state.map.clone(),
         epoch_history: state.epoch_changes(),
+        maps_from: state.epoch_history.first().map(|r| r.epoch),
         default_copies: state.settings.default_copies,
         vdi_count: state.vdis.len(),
         quorum_age_ms: st.quorum_age_ms,

@@ -5,7 +5,7 @@ pub use drove_meta::{ClientRequestId, EpochNote, VdiLock, QUORUM_FRESH};
 /// [`ClientRequestId`]): the metadata commands it causes are applied at most once
 /// however often it is sent, and a repeat answers with the first outcome.
 pub const REQUEST_ID_HEADER: &str = "drove-request-id";
-use drove_types::{ClusterMap, NodeId, ReplicationMode, VdiInfo};
+use drove_types::{ClusterMap, Epoch, NodeId, ReplicationMode, VdiInfo};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/vdis`.
@@ -218,6 +218,11 @@ pub struct Status {
     /// to the last epoch at which every node was up and clean) and, before them,
     /// the last ones trimmed from it (`MAX_TRIMMED_NOTES`), without their maps.
     pub epoch_history: Vec<EpochNote>,
+    /// The oldest epoch whose map the history keeps: recovery's memory, trimmed to
+    /// the current epoch once every node is up and clean (the changes before it
+    /// are in `epoch_history` without their maps).
+    #[serde(default)]
+    pub maps_from: Option<Epoch>,
     /// Copies of new VDIs by default.
     pub default_copies: u8,
     /// Number of VDIs.

@@ -190,9 +190,13 @@ async fn write_one(meta: &Meta, req: Request) -> Wire<Written> {
         now: crate::meta::unix_now(),
         ..req
     };
+    // A history trim rests on what the leader heard from every node's heartbeats:
+    // a node that sends one would make the others forget maps recovery may need.
     if matches!(
         req.cmd,
-        crate::state::Command::Batch(_) | crate::state::Command::ExtendLeases { .. }
+        crate::state::Command::Batch(_)
+            | crate::state::Command::ExtendLeases { .. }
+            | crate::state::Command::TrimHistory { .. }
     ) {
         tracing::warn!(
             kind = req.cmd.kind(),

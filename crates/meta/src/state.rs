@@ -601,7 +601,8 @@ pub enum Command {
     /// reasons as in a cluster born at `keep_from`. Without it the history, a
     /// whole map per epoch, only grew: every node copied it at each new epoch and
     /// recovery walked it per object. Refused unless `keep_from` is in the history
-    /// and every node of its map was up.
+    /// and every node of its map was up; made by the leader only (refused from
+    /// the network, like [`Command::Batch`]).
     TrimHistory {
         /// The oldest epoch kept.
         keep_from: Epoch,

@@ -92,6 +92,13 @@ async fn test_a_batch_of_commands_from_the_network_is_refused() {
     let (status, body) = post(&a.addr, "/meta/write", Some(&id), batch).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("made by the leader"), "{body}");
+    // Nor a history trim: it rests on the heartbeats only the leader has heard.
+    let trim = r#"{"id":{"client":7,"seq":4},"now":0,"cmd":{"TrimHistory":{"keep_from":1}}}"#;
+    let before = a.meta.state().epoch_history.len();
+    let (status, body) = post(&a.addr, "/meta/write", Some(&id), trim).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("made by the leader"), "{body}");
+    assert_eq!(a.meta.state().epoch_history.len(), before);
     let single = r#"{"id":{"client":7,"seq":3},"now":0,"cmd":"AllocateNodeId"}"#;
     let (status, body) = post(&a.addr, "/meta/write", Some(&id), single).await;
     assert_eq!(status, 200, "{body}");
