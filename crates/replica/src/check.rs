@@ -273,7 +273,7 @@ impl Recoverer {
             report.corrupt += 1;
             tracing::warn!(%oid, "scrub: the copy fails its checksums, recovering it");
             self.local.catchup().mark_pending(oid);
-            match self.recover(oid, false).await {
+            match self.recover_rotten(oid).await {
                 Ok(()) => report.repaired += 1,
                 Err(e) => tracing::warn!(%oid, "scrub: cannot repair: {e}"),
             }

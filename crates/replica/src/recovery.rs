@@ -546,6 +546,17 @@ impl Recoverer {
         }
     }
 
+    /// Recover this node's copy of `oid`, whose data a read found rotten under
+    /// its checksums (a scrub): the copies are compared by reading them. Compared
+    /// by checksums, the rotten copy looks as good as the others (the rot is under
+    /// them) and was kept (e2e_heal's scrub tests: `repaired=1`, and the byte
+    /// still flipped).
+    pub(crate) async fn recover_rotten(&self, oid: ObjectId) -> Result<()> {
+        let slot = self.slot(oid);
+        let _one = slot.lock().await;
+        self.recover_by(oid, false, DigestBy::Reading).await
+    }
+
     /// [`Recoverer::recover`] with the copies' digests taken `by` checksums or by
     /// reading them; the caller holds the object's slot.
     async fn recover_by(&self, oid: ObjectId, limited: bool, by: DigestBy) -> Result<()> {

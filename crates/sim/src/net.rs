@@ -348,7 +348,7 @@ impl SimTransport {
                 let per = if *read {
                     u64::from(*len)
                 } else {
-                    u64::from(*len).div_ceil(4096) * 4
+                    u64::from(*len).div_ceil(drove_types::BLOCK_SIZE) * 4
                 };
                 let read = per * oids.len() as u64;
                 let mut st = self.net.st.lock();
