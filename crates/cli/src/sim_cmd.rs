@@ -265,13 +265,15 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
             if reports.len() == 1 || !r.passed() {
                 writeln!(
                     out,
-                    "seed {}: {} ({} writes acknowledged, {} failed, {} reads checked, {} epochs, {:.1} s simulated)",
+                    "seed {}: {} ({} writes acknowledged, {} failed, {} reads checked, {} epochs, {} copies failing their checksums found by the scrubs and {} repaired, {:.1} s simulated)",
                     r.seed,
                     if r.passed() { "passed" } else { "FAILED" },
                     r.acked,
                     r.failed,
                     r.reads,
                     r.epochs,
+                    r.scrub_corrupt,
+                    r.scrub_repaired,
                     r.sim_secs
                 )?;
                 for f in &r.faults {
@@ -284,9 +286,10 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
         }
         let acked: u64 = reports.iter().map(|r| r.acked).sum();
         let faults: usize = reports.iter().map(|r| r.faults.len()).sum();
+        let repaired: u64 = reports.iter().map(|r| r.scrub_repaired).sum();
         writeln!(
             out,
-            "{} seeds from {} ({} nodes in {} zones, {} VDIs, {} s each): {} passed, {} failed; {} faults injected, {} writes acknowledged",
+            "{} seeds from {} ({} nodes in {} zones, {} VDIs, {} s each): {} passed, {} failed; {} faults injected, {} writes acknowledged, {} copies repaired by scrubs",
             reports.len(),
             a.seed,
             a.nodes,
@@ -296,7 +299,8 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
             reports.len() - failed.len(),
             failed.len(),
             faults,
-            acked
+            acked,
+            repaired
         )?;
     }
     if let Some(first) = failed.first() {

@@ -49,6 +49,10 @@ fn test_a_few_hundred_seeded_fault_runs_keep_every_invariant() {
     assert!(faults as u64 >= SEEDS, "about two faults a run: {faults}");
     assert!(acked > SEEDS * 100, "the clients wrote: {acked}");
     assert!(reads > SEEDS * 10, "the clients read: {reads}");
+    // The scrub before the settle finds the flipped blocks still there and repairs
+    // them (each run checks that it repaired every one it found).
+    let repaired: u64 = reports.iter().map(|r| r.scrub_repaired).sum();
+    assert!(repaired > 0, "no scrub repaired a flipped copy");
     for kind in ["crashes", "is cut off", "is lost", "flips"] {
         assert!(
             reports
