@@ -7,8 +7,9 @@
 //! and restarts, a zone is cut off and healed, a whole zone is lost and comes back,
 //! a block of a replica is flipped on its disk. Then everything heals, the
 //! zone-sync lanes drain, recovery finishes, every node scrubs (each copy that
-//! fails its checksums must be repaired by it), the replicas of VMs whose writer
-//! stopped are settled, every node scrubs again, and the run checks:
+//! fails its checksums must be repaired by it, and a second scrub must find none),
+//! the replicas of VMs whose writer stopped are settled, every node scrubs again
+//! (finding none), and the run checks:
 //! - no acknowledged write is lost: every block holds its last acknowledged write
 //!   or a later one (sync: always; zone-sync: an acknowledgement is exempt only when
 //!   a fault was under way in its home zone at some time within the VDI's lag bound
@@ -415,9 +416,9 @@ async fn inject(
 
 /// Heal everything, and wait until the cluster is whole: every node up in the
 /// map (the failure detector, still running, marks returning nodes up), the
-/// zone-sync lanes drained, recovery clean everywhere. Then every node scrubs,
-/// the stopped VMs' replicas are settled, and every node scrubs again. What the
-/// scrubs found and repaired, summed.
+/// zone-sync lanes drained, recovery clean everywhere. Then every node scrubs
+/// (twice: the second finds nothing), the stopped VMs' replicas are settled, and
+/// every node scrubs again. What the scrubs found and repaired, summed.
 ///
 /// The first scrub comes before the settle: the settle compares the copies by
 /// reading them and repairs a flipped copy itself, so a scrub after it only ever
@@ -476,8 +477,10 @@ async fn heal(
         }
     }
     // Every copy a scrub finds failing its checksums it must repair: the cluster is
-    // whole, so a good copy is up.
-    scrub_all(c, violations, &mut scrubbed, "before the settle").await;
+    // whole, so a good copy is up. A second scrub must find none (a repair that
+    // kept the flipped bytes reports itself done).
+    scrub_all(c, violations, &mut scrubbed, "before the settle", false).await;
+    scrub_all(c, violations, &mut scrubbed, "after the first", true).await;
     // The VMs stop without a clean release (as from a crash): another node of each
     // home zone takes the lock once the lease ran out and settles the replicas, as
     // a VM started elsewhere does.
@@ -508,17 +511,19 @@ async fn heal(
             )),
         }
     }
-    scrub_all(c, violations, &mut scrubbed, "after the settle").await;
+    scrub_all(c, violations, &mut scrubbed, "after the settle", true).await;
     scrubbed
 }
 
 /// Scrub every node; a scrub that fails, or leaves a copy it found failing its
-/// checksums unrepaired, is a violation. Adds what the scrubs found to `sum`.
+/// checksums unrepaired, or finds one at all when `clean` (no block flips any
+/// more), is a violation. Adds what the scrubs found to `sum`.
 async fn scrub_all(
     c: &SimCluster,
     violations: &mut Vec<String>,
     sum: &mut drove_replica::ScrubReport,
     when: &str,
+    clean: bool,
 ) {
     for id in c.node_ids() {
         let Some(node) = c.node(id) else { continue };
@@ -527,7 +532,12 @@ async fn scrub_all(
                 sum.objects += r.objects;
                 sum.corrupt += r.corrupt;
                 sum.repaired += r.repaired;
-                if r.repaired < r.corrupt {
+                if clean && r.corrupt > 0 {
+                    violations.push(format!(
+                        "node {id}: the scrub {when} found {} copies failing their checksums, which the scrubs before had repaired",
+                        r.corrupt
+                    ));
+                } else if r.repaired < r.corrupt {
                     violations.push(format!(
                         "node {id}: the scrub {when} found {} copies failing their checksums and repaired {}",
                         r.corrupt, r.repaired
