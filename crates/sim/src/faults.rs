@@ -117,6 +117,8 @@ const RENEW: Duration = Duration::from_secs(2);
 /// A client operation that has not ended by then counts as failed (its outcome is
 /// unknown: the block may or may not hold it).
 const OP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client's settle that has not ended by then failed (its node crashed under it).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAGIC: u64 = 0x4452_4f56_4553_494d; // "DROVESIM"
 
 /// One run's result.
@@ -614,7 +616,20 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
             match c.acquire(&cl.name, cl.node, LEASE).await {
                 Ok(g) => {
                     if generation != Some(g) && !settled_before(&c, &cl.name, g) {
-                        if let Err(e) = c.settle(&cl.name, cl.node, g).await {
+                        // A settle through a node that crashes meanwhile never ends
+                        // (a crashed process does nothing more): the VM gives up on
+                        // it, as on a write. Without the limit the run waited for
+                        // this client forever (`drove sim faults --seed 3397 --time
+                        // 40s`: vm1's settle at 32.1 s, its node lost with its zone).
+                        let settled =
+                            tokio::time::timeout(SETTLE_TIMEOUT, c.settle(&cl.name, cl.node, g))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(drove_types::Error::unavailable(format!(
+                                        "the settle did not end within {SETTLE_TIMEOUT:?}"
+                                    )))
+                                });
+                        if let Err(e) = settled {
                             tracing::debug!(vdi = %cl.name, "settle: {e}");
                             tokio::time::sleep(Duration::from_millis(500)).await;
                             continue;
