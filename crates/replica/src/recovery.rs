@@ -21,7 +21,10 @@
 use bytes::Bytes;
 use drove_placement::locate_vdi;
 use drove_proto::{ObjDigest, PeerReq, PeerResp};
-use drove_types::{ClusterMap, Epoch, Error, ErrorKind, NodeId, NodeState, ObjectId, Result};
+use drove_types::{
+    ClusterMap, Epoch, Error, ErrorKind, NodeId, NodeState, ObjectId, Result, WritePolicy,
+    BLOCK_SIZE,
+};
 use futures::future::{join_all, BoxFuture};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -41,7 +44,7 @@ mod progress;
 
 pub(crate) use plan::pick_source;
 pub use plan::View;
-use plan::{as_if_up, as_sources, backfill_full};
+use plan::{as_if_up, as_sources, backfill_full, mend_order, vouches};
 use progress::Pass;
 pub use progress::Progress;
 
@@ -597,9 +600,22 @@ impl Recoverer {
         // Every answer counts as one (a node that dropped its copy holds no write
         // the others lack); only some are sources.
         let mut digests = self.digests_of(&others, oid, len, view.map.epoch, by).await;
-        let mine = self.local.digest(oid, len, by).await?;
+        let mut mine = self.local.digest(oid, len, by).await?;
         // A copy in the VDI's home zone when it took its version's writes.
         let near = |n: NodeId, at: Epoch| view.in_home(vdi, n, at);
+        if mine.corrupt
+            && self
+                .mend(
+                    oid,
+                    len,
+                    &mine,
+                    &as_sources(&placed, digests.clone()),
+                    &near,
+                )
+                .await
+        {
+            mine = self.local.digest(oid, len, by).await?;
+        }
         let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every
@@ -635,16 +651,36 @@ impl Recoverer {
             // faults --seed 242 --time 40s`: a flipped copy of a later version
             // vouched for a source without its writes). One of the same or an
             // earlier version holds none the best copy lacks, and does.
-            let best = source.map(|(_, d, _)| d.version);
-            let vouches = |d: &ObjDigest| !d.corrupt || Some(d.version) <= best;
+            let best = source.map(|(n, d, _)| (n, d.version));
+            let zone_sync = vdi.policy == WritePolicy::ZoneSync;
             let readable = |n: NodeId| {
                 if n == self.me {
-                    return vouches(&mine);
+                    return vouches(n, &mine, best, zone_sync, &near);
                 }
-                digests.iter().any(|(m, d)| *m == n && vouches(d))
+                digests
+                    .iter()
+                    .any(|(m, d)| *m == n && vouches(n, d, best, zone_sync, &near))
             };
             let silent = view.unvouched(oid, since(&source), &readable);
             if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
+                // Those that answered with a copy failing its checksums are asked to
+                // mend it: waiting is for them, and nothing else repairs a copy
+                // known current until a scrub reads it.
+                let epoch = view.map.epoch;
+                for (n, _) in digests
+                    .iter()
+                    .filter(|(n, d)| d.corrupt && silent.contains(n))
+                {
+                    let req = PeerReq::Repair {
+                        oid,
+                        len,
+                        from: *n,
+                        epoch,
+                    };
+                    if let Err(e) = self.short_call(*n, req).await {
+                        tracing::debug!(me = %self.me, %oid, node = %n, "no mend: {e}");
+                    }
+                }
                 return Err(Error::unavailable(format!(
                     "No copy of object {oid} is known current, and nodes {silent:?}, which \
                      took writes since the best copy's last one, do not answer: waiting \
@@ -673,6 +709,93 @@ impl Recoverer {
             return Ok(());
         }
         self.copy(oid, len, src, force, limited).await
+    }
+
+    /// Rewrite the blocks of this node's copy of `oid` that fail their checksums
+    /// with the same blocks of other copies of its version (see [`mend_order`]),
+    /// keeping its version; whether every rotten block was mended. The caller
+    /// holds the object's slot and the copy is pending, so writes to it wait.
+    async fn mend(
+        &self,
+        oid: ObjectId,
+        len: u32,
+        mine: &ObjDigest,
+        others: &[(NodeId, ObjDigest)],
+        near: &(dyn Fn(NodeId, Epoch) -> bool + Sync),
+    ) -> bool {
+        let order = mend_order(mine, others, near);
+        if order.is_empty() {
+            return false;
+        }
+        let blocks = u64::from(len) / BLOCK_SIZE;
+        let rotten = blocking(self.local.store(), move |s| {
+            let mut bad = Vec::new();
+            for b in 0..blocks {
+                match s.read(oid, b * BLOCK_SIZE, BLOCK_SIZE as u32) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Corrupt => bad.push(b),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(bad)
+        })
+        .await;
+        let rotten = match rotten {
+            Ok(r) if !r.is_empty() => r,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::warn!(me = %self.me, %oid, "cannot read the copy to mend it: {e}");
+                return false;
+            }
+        };
+        let epoch = self.view().map.epoch;
+        let mut got = Vec::with_capacity(rotten.len());
+        for b in rotten {
+            let mut found = None;
+            for &n in &order {
+                let req = PeerReq::Read {
+                    oid,
+                    offset: b * BLOCK_SIZE,
+                    len: BLOCK_SIZE as u32,
+                    epoch,
+                };
+                match self.short_call(n, req).await {
+                    Ok((PeerResp::Data, data)) if data.len() as u64 == BLOCK_SIZE => {
+                        found = Some((n, data));
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(me = %self.me, %oid, node = %n, block = b, "no block to mend with: {e}")
+                    }
+                }
+            }
+            let Some((n, data)) = found else {
+                tracing::warn!(me = %self.me, %oid, block = b, "no copy of the version holds the block whole: not mended");
+                return false;
+            };
+            got.push((b, n, data));
+        }
+        let cu = self.local.catchup();
+        let _held = cu.copy_lock(oid).await;
+        let from: Vec<(u64, NodeId)> = got.iter().map(|(b, n, _)| (*b, *n)).collect();
+        let written = blocking(self.local.store(), move |s| {
+            for (b, _, data) in &got {
+                s.write(oid, b * BLOCK_SIZE, data)?;
+            }
+            s.flush(&[oid])
+        })
+        .await;
+        match written {
+            Ok(()) => {
+                tracing::info!(me = %self.me, %oid, blocks = ?from, "recovery: mended the copy's rotten blocks (block, from)");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(me = %self.me, %oid, "cannot mend the copy: {e}");
+                false
+            }
+        }
     }
 
     pub(crate) async fn digests_of(
@@ -911,7 +1034,15 @@ impl Repair for Recoverer {
                 // This copy is to win: one not known current is recovered first, as
                 // any would be. Marked current as it stood, it once replaced the
                 // copies of nodes that took later writes and were not asked
-                // (`drove sim faults --seed 672 --time 40s`).
+                // (`drove sim faults --seed 672 --time 40s`). One that fails its
+                // checksums is recovered as a scrub's would be, its rotten blocks
+                // mended from the other copies: known current, it was left as it
+                // was.
+                let d = self.local.digest(oid, len, DigestBy::Reading).await?;
+                if d.corrupt {
+                    self.local.catchup().mark_pending(oid);
+                    return self.recover_rotten(oid).await;
+                }
                 return self.recover(oid, false).await;
             }
             let slot = self.slot(oid);

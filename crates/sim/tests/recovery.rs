@@ -162,3 +162,113 @@ fn test_an_absent_copy_is_answered_for_on_the_map_of_the_request_only() {
         }
     });
 }
+
+/// A zone-sync VDI's far copy lags its home copies at the same version. When each
+/// home copy has a block flipped, the far copy is the only one that reads whole,
+/// and it is short of the last writes: recovery made it current and then the home
+/// copies took it, losing those writes (`drove sim faults --seed 9420 --time
+/// 40s`). The home copies must mend their rotten blocks from each other, and the
+/// far copy wait for them.
+#[test]
+fn test_flipped_home_copies_are_mended_from_each_other_not_replaced_by_the_far_copy() {
+    let rt = drove_sim::runtime().unwrap();
+    rt.block_on(async {
+        let model = Model {
+            zones: 2,
+            nodes_per_zone: 3,
+            ..Model::default()
+        };
+        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
+        let vdi = c
+            .create_vdi("v", 1 << 20, Some(0), WritePolicy::ZoneSync)
+            .unwrap();
+        c.publish();
+        let oid = ObjectId::new(vdi.id, 0);
+        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
+        let in_home = |n: &NodeId| c.map().node(*n).unwrap().zone == Model::zone_name(0);
+        let home: Vec<NodeId> = placed.iter().copied().filter(in_home).collect();
+        let far: Vec<NodeId> = placed.iter().copied().filter(|n| !in_home(n)).collect();
+        assert_eq!((home.len(), far.len()), (2, 1), "placed on {placed:?}");
+        let far = far[0];
+        let g = c
+            .acquire("v", home[0], Duration::from_secs(600))
+            .await
+            .unwrap();
+        let gw = c.node(home[0]).unwrap().gateway.clone();
+        let len = 4 * 4096;
+        let holds = |n: NodeId, b: u8| {
+            c.node(n)
+                .unwrap()
+                .store
+                .read(oid, 0, len)
+                .is_ok_and(|d| d.iter().all(|&x| x == b))
+        };
+        gw.write(&vdi, oid, 0, Bytes::from(vec![1u8; len as usize]), false, g)
+            .await
+            .unwrap();
+        let limit = Instant::now() + Duration::from_secs(60);
+        while !holds(far, 1) {
+            assert!(
+                Instant::now() < limit,
+                "the far copy never got the first write"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The far zone is cut off: the next write is acknowledged by the home zone
+        // alone, and the far copy keeps the first, at the same version.
+        c.net.set_cut(1, true);
+        gw.write(&vdi, oid, 0, Bytes::from(vec![2u8; len as usize]), false, g)
+            .await
+            .unwrap();
+        assert!(holds(far, 1) && holds(home[0], 2) && holds(home[1], 2));
+        // A block of each home copy rots under its checksums, not the same one.
+        c.node(home[0])
+            .unwrap()
+            .mem
+            .as_ref()
+            .unwrap()
+            .corrupt_block(oid, 1);
+        c.node(home[1])
+            .unwrap()
+            .mem
+            .as_ref()
+            .unwrap()
+            .corrupt_block(oid, 2);
+        // Every node of the far zone is marked down: the lane has nowhere to ship
+        // the write and drops it (the far copies recover when they come back).
+        let far_zone: Vec<NodeId> = c.node_ids().into_iter().filter(|n| !in_home(n)).collect();
+        for &n in &far_zone {
+            until_state(&c, n, NodeState::Down).await;
+        }
+        c.net.set_cut(1, false);
+        for &n in &far_zone {
+            until_state(&c, n, NodeState::Up).await;
+        }
+        let node = c.node(far).unwrap();
+        let limit = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = node.recoverer.progress();
+            if p.clean && p.epoch == c.map().epoch.0 {
+                break;
+            }
+            assert!(Instant::now() < limit, "node {far} never caught up: {p:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // What a settle does: compare the copies and make them identical.
+        c.settle("v", home[0], g).await.unwrap();
+        for &n in &placed {
+            let got = c.node(n).unwrap().store.read(oid, 0, len);
+            assert!(
+                got.as_ref().is_ok_and(|d| d.iter().all(|&x| x == 2)),
+                "node {n} (far: {}) lost the acknowledged write: {:?}",
+                n == far,
+                got.map(|d| (0..4).map(|b| d[b * 4096]).collect::<Vec<u8>>())
+            );
+        }
+        // No copy is left failing its checksums.
+        for &n in &placed {
+            let r = c.node(n).unwrap().recoverer.scrub().await.unwrap();
+            assert_eq!(r.corrupt, 0, "node {n}: {r:?}");
+        }
+    });
+}

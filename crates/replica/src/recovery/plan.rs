@@ -6,7 +6,9 @@
 //! these decide.
 use drove_placement::locate_vdi;
 use drove_proto::ObjDigest;
-use drove_types::{ClusterMap, Epoch, NodeId, NodeState, ObjectId, VdiId, VdiInfo, WritePolicy};
+use drove_types::{
+    ClusterMap, Epoch, NodeId, NodeState, ObjVersion, ObjectId, VdiId, VdiInfo, WritePolicy,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -234,10 +236,68 @@ pub(crate) fn pick_source(
         .map(|(n, d)| (*n, *d, true))
 }
 
+/// Whether node `n`'s copy, digest `d`, answers for the writes of its epochs when
+/// the best copy that answered is `best` (its node and version): whether the best
+/// copy holds every write this one took. A readable copy does; a corrupt one of an
+/// earlier version took none the best lacks. One of the same version takes none
+/// either, except a zone-sync copy in the VDI's home zone when the best copy was
+/// outside it: copies of one version differ there, the far one lagging
+/// (`drove sim faults --seed 9420 --time 40s`: both home copies had a block flipped,
+/// and the far copy, short of the last writes to another block, was vouched for
+/// by them, made itself current and then replaced them).
+pub(super) fn vouches(
+    n: NodeId,
+    d: &ObjDigest,
+    best: Option<(NodeId, ObjVersion)>,
+    zone_sync: bool,
+    near: &dyn Fn(NodeId, Epoch) -> bool,
+) -> bool {
+    if !d.corrupt {
+        return true;
+    }
+    let Some((b, v)) = best else {
+        return false;
+    };
+    let at = Epoch(v.epoch);
+    d.version < v || (d.version == v && !(zone_sync && near(n, at) && !near(b, at)))
+}
+
+/// The copies to take the rotten blocks of this node's copy (`mine`, which failed
+/// its checksums) from, best first: copies of its version, whatever their own
+/// state (a copy with a block flipped still holds the others whole), those in the
+/// VDI's home zone when they took that version's writes first (a zone-sync copy
+/// outside it lags), then those known current, then the rest in the order given.
+/// None when a copy of a later version exists: this one is behind and is
+/// recovered whole.
+///
+/// Replaced whole from a readable copy instead, a home copy with one block flipped
+/// took the far copy's, short of the writes not yet shipped, when every home copy
+/// had a block flipped (`drove sim faults --seed 9420 --time 40s`).
+pub(super) fn mend_order(
+    mine: &ObjDigest,
+    others: &[(NodeId, ObjDigest)],
+    near: &dyn Fn(NodeId, Epoch) -> bool,
+) -> Vec<NodeId> {
+    if !mine.present
+        || others
+            .iter()
+            .any(|(_, d)| d.present && d.version > mine.version)
+    {
+        return Vec::new();
+    }
+    let at = Epoch(mine.version.epoch);
+    let mut order: Vec<(NodeId, ObjDigest)> = others
+        .iter()
+        .filter(|(_, d)| d.present && d.version == mine.version)
+        .copied()
+        .collect();
+    order.sort_by_key(|(n, d)| (!near(*n, at), !d.current));
+    order.into_iter().map(|(n, _)| n).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drove_types::ObjVersion;
 
     /// No copy counts as the home zone's.
     fn none(_: NodeId, _: Epoch) -> bool {
@@ -548,5 +608,68 @@ mod tests {
         let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)], &none).unwrap();
         assert_eq!(src, n1);
         assert!(pick_source(n1, gone, &[(n2, bad)], &none).is_none());
+    }
+
+    #[test]
+    fn test_a_flipped_home_copy_of_the_far_copys_version_does_not_vouch_for_it() {
+        let (home1, far) = (NodeId(8), NodeId(4));
+        let near = |n: NodeId, _: Epoch| n != far;
+        let v = ObjVersion {
+            generation: 1,
+            epoch: 15,
+        };
+        let mut flipped = d(true, (1, 15), 40, 0);
+        flipped.corrupt = true;
+        // The far copy is the best readable one: a flipped home copy of its version
+        // may hold writes it lacks (zone-sync only).
+        assert!(!vouches(home1, &flipped, Some((far, v)), true, &near));
+        assert!(vouches(home1, &flipped, Some((far, v)), false, &near));
+        // A home copy as the best: one of its version took nothing it lacks.
+        assert!(vouches(NodeId(7), &flipped, Some((home1, v)), true, &near));
+        // An earlier version vouches; a later one never; a readable copy always.
+        let later = ObjVersion {
+            generation: 1,
+            epoch: 16,
+        };
+        assert!(vouches(home1, &flipped, Some((far, later)), true, &near));
+        let mut newer = flipped;
+        newer.version = later;
+        assert!(!vouches(home1, &newer, Some((home1, v)), true, &near));
+        assert!(!vouches(home1, &flipped, None, true, &near));
+        assert!(vouches(
+            far,
+            &d(false, (1, 15), 15, 9),
+            Some((far, v)),
+            true,
+            &near
+        ));
+    }
+
+    #[test]
+    fn test_rotten_blocks_are_taken_from_home_copies_of_the_same_version_first() {
+        let (me, far, home, other) = (NodeId(8), NodeId(4), NodeId(7), NodeId(5));
+        let near = |n: NodeId, _: Epoch| n == me || n == home;
+        let mut mine = d(true, (1, 15), 40, 0);
+        mine.corrupt = true;
+        let mut flipped_home = d(true, (1, 15), 40, 0);
+        flipped_home.corrupt = true;
+        let far_copy = d(true, (1, 15), 40, 0xAB);
+        let older = d(false, (1, 9), 9, 0xCD);
+        let mut gone = far_copy;
+        gone.present = false;
+        let got = mend_order(
+            &mine,
+            &[
+                (far, far_copy),
+                (other, older),
+                (home, flipped_home),
+                (NodeId(6), gone),
+            ],
+            &near,
+        );
+        assert_eq!(got, vec![home, far], "the home copy first, even flipped");
+        // A later version anywhere: mine is behind, recovered whole.
+        let newer = d(false, (1, 16), 16, 1);
+        assert!(mend_order(&mine, &[(home, flipped_home), (other, newer)], &near).is_empty());
     }
 }
