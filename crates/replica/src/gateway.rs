@@ -58,6 +58,8 @@ pub struct Gateway {
     lanes: Lanes,
     /// This gateway, for the lane workers it starts.
     this: std::sync::Weak<Gateway>,
+    /// Where objects are placed on the current map.
+    placed: crate::placecache::PlaceCache,
 }
 
 /// How a gateway tells the cluster that replicas failed a write it is about to
@@ -92,7 +94,14 @@ impl Gateway {
             membership: std::sync::OnceLock::new(),
             lanes: Lanes::default(),
             this: this.clone(),
+            placed: Default::default(),
         })
+    }
+
+    /// The replicas of `oid` of `vdi` on `map` ([`drove_placement::locate_vdi`]),
+    /// remembered for the current map.
+    pub(crate) fn locate(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+        self.placed.locate(&self.map, map, vdi, oid)
     }
 
     /// Let writes proceed with `min_copies` replicas by marking failed ones down.
@@ -104,7 +113,7 @@ impl Gateway {
     /// The replicas of `oid` on `map`, or an error when fewer than the VDI's
     /// `min_copies` nodes are up.
     fn replicas_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Result<Vec<NodeId>> {
-        let nodes = drove_placement::locate_vdi(map, vdi, oid);
+        let nodes = self.locate(map, vdi, oid);
         if nodes.len() < usize::from(vdi.min_copies()) {
             return Err(Error::unavailable(format!(
                 "VDI '{}' needs at least {} of its {} copies but only {} nodes are up",
@@ -234,7 +243,7 @@ impl Gateway {
     /// (zone-sync), only the home-zone copies are read: a writer outside the home
     /// zone must read what it wrote.
     fn read_order_on(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-        let mut nodes = drove_placement::locate_vdi(map, vdi, oid);
+        let mut nodes = self.locate(map, vdi, oid);
         if self.lanes.get(vdi.id).is_some_and(|l| l.pending_for(oid)) {
             let near = zoned::home_only(map, vdi, &nodes);
             if !near.is_empty() {
@@ -517,7 +526,7 @@ impl Gateway {
         let worst = oids
             .iter()
             .map(|&o| {
-                drove_placement::locate_vdi(map, vdi, o)
+                self.locate(map, vdi, o)
                     .iter()
                     .filter(|n| !bad.contains(n))
                     .count()

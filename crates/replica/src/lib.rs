@@ -25,6 +25,7 @@ mod hello;
 pub mod liveness;
 pub mod local;
 mod mapcell;
+mod placecache;
 mod ranges;
 mod readahead;
 pub mod recovery;

@@ -21,7 +21,7 @@ impl Gateway {
     /// The nodes `oid` was placed on under `vdi`'s previous home and is not placed
     /// on now, nearest first.
     fn before_move(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-        let now = drove_placement::locate_vdi(map, vdi, oid);
+        let now = self.locate(map, vdi, oid);
         let old: Vec<NodeId> = drove_placement::locate_before_move(map, vdi, oid)
             .into_iter()
             .filter(|n| !now.contains(n))
@@ -32,7 +32,7 @@ impl Gateway {
     /// Whether every replica of `oid` placed on `map` still answers that its copy is
     /// being recovered.
     async fn all_recovering(&self, map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId) -> bool {
-        let placed = drove_placement::locate_vdi(map, vdi, oid);
+        let placed = self.locate(map, vdi, oid);
         let asks = placed.iter().map(|&node| {
             let req = PeerReq::Exists {
                 oids: vec![oid],

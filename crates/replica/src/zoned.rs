@@ -285,7 +285,7 @@ impl Gateway {
         };
         loop {
             let map = self.map.get();
-            let all = drove_placement::locate_vdi(&map, &e.vdi, e.oid);
+            let all = self.locate(&map, &e.vdi, e.oid);
             let (near, far) = split(&map, &e.vdi, &all);
             if far.is_empty() {
                 return Ok(());
