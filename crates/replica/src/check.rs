@@ -305,9 +305,18 @@ impl Recoverer {
             }
             report.corrupt += 1;
             tracing::warn!(%oid, "scrub: the copy fails its checksums, recovering it");
-            self.local.catchup().mark_pending(oid);
-            match self.recover_rotten(oid).await {
-                Ok(()) => report.repaired += 1,
+            // Counted repaired only once the copy reads whole: a copy no other copy
+            // can mend or replace (none holds the blocks whole) is left as it was.
+            let len = vdi.object_size;
+            let res = match self.recover_rotten(oid, len).await {
+                Ok(()) => self.local.digest(oid, len, DigestBy::Reading).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(d) if !d.corrupt => report.repaired += 1,
+                Ok(_) => {
+                    tracing::warn!(%oid, "scrub: cannot repair: no copy holds its rotten blocks whole")
+                }
                 Err(e) => tracing::warn!(%oid, "scrub: cannot repair: {e}"),
             }
         }

@@ -554,9 +554,24 @@ impl Recoverer {
     /// by checksums, the rotten copy looks as good as the others (the rot is under
     /// them) and was kept (e2e_heal's scrub tests: `repaired=1`, and the byte
     /// still flipped).
-    pub(crate) async fn recover_rotten(&self, oid: ObjectId) -> Result<()> {
+    ///
+    /// The copy is read again once the slot is this call's: a recovery that
+    /// compared by checksums may have had it first and marked the copy current,
+    /// its rot unseen, and this call then returned at once, the copy still rotten,
+    /// and the scrub counted it repaired (`drove sim faults --seed 1628 --time
+    /// 40s`: node 3 was catching up when it scrubbed).
+    pub(crate) async fn recover_rotten(&self, oid: ObjectId, len: u32) -> Result<()> {
         let slot = self.slot(oid);
         let _one = slot.lock().await;
+        if !self
+            .local
+            .digest(oid, len, DigestBy::Reading)
+            .await?
+            .corrupt
+        {
+            return Ok(());
+        }
+        self.local.catchup().mark_pending(oid);
         self.recover_by(oid, false, DigestBy::Reading).await
     }
 
@@ -1040,8 +1055,7 @@ impl Repair for Recoverer {
                 // was.
                 let d = self.local.digest(oid, len, DigestBy::Reading).await?;
                 if d.corrupt {
-                    self.local.catchup().mark_pending(oid);
-                    return self.recover_rotten(oid).await;
+                    return self.recover_rotten(oid, len).await;
                 }
                 return self.recover(oid, false).await;
             }

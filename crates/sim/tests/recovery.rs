@@ -272,3 +272,57 @@ fn test_flipped_home_copies_are_mended_from_each_other_not_replaced_by_the_far_c
         }
     });
 }
+
+/// A scrub that finds a rotten copy recovers it by reading the copies. When a
+/// recovery that compares by checksums (which do not see the rot) has the object
+/// first, it marks the copy current as it is; the scrub's recovery then found the
+/// copy current and returned, and the scrub counted a copy repaired that still
+/// failed its checksums (`drove sim faults --seed 1628 --time 40s`: node 3 was
+/// catching up when it scrubbed).
+#[test]
+fn test_a_scrub_repairs_a_rotten_copy_that_a_recovery_by_checksums_passed() {
+    use drove_replica::catchup::Repair;
+    let rt = drove_sim::runtime().unwrap();
+    rt.block_on(async {
+        let model = Model {
+            zones: 1,
+            nodes_per_zone: 3,
+            ..Model::default()
+        };
+        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
+        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        c.publish();
+        let oid = ObjectId::new(vdi.id, 0);
+        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
+        let g = c
+            .acquire("v", placed[0], Duration::from_secs(600))
+            .await
+            .unwrap();
+        let gw = c.node(placed[0]).unwrap().gateway.clone();
+        gw.write(&vdi, oid, 0, Bytes::from(vec![3u8; 16384]), false, g)
+            .await
+            .unwrap();
+        let node = c.node(placed[1]).unwrap();
+        node.mem.as_ref().unwrap().corrupt_block(oid, 2);
+        // The copy is pending (as on a node catching up), and a recovery of it
+        // starts first: compared by checksums, it looks like the others. It takes
+        // a while, waiting for a node that crashed and is not marked down yet, so
+        // the scrub finds the copy rotten meanwhile and waits for the object.
+        c.crash(placed[2]);
+        node.local.catchup().mark_pending(oid);
+        let r = node.recoverer.clone();
+        let first = tokio::spawn(async move { r.repair(oid).await });
+        tokio::task::yield_now().await;
+        let report = node.recoverer.scrub().await.unwrap();
+        first.await.unwrap().unwrap();
+        assert_eq!((report.corrupt, report.repaired), (1, 1), "{report:?}");
+        let got = node.store.read(oid, 0, 16384);
+        assert!(
+            got.as_ref().is_ok_and(|d| d.iter().all(|&b| b == 3)),
+            "the copy counted repaired is not: {:?}",
+            got.map(|d| d[2 * 4096])
+        );
+        let again = node.recoverer.scrub().await.unwrap();
+        assert_eq!(again.corrupt, 0, "{again:?}");
+    });
+}
