@@ -309,7 +309,7 @@ fn render(s: &Snapshot) -> String {
         ),
         (
             "drove_scrub_repaired_objects",
-            "Of those, copies replaced by a good copy from a replica",
+            "Of those, copies that read whole after the scrub mended or replaced them",
             sc.repaired,
         ),
     ] {

@@ -59,7 +59,7 @@ pub struct ScrubReport {
     pub objects: u64,
     /// Copies that failed their checksums.
     pub corrupt: u64,
-    /// Of those, copies replaced by a good one.
+    /// Of those, copies that read whole after the scrub mended or replaced them.
     pub repaired: u64,
 }
 
@@ -72,7 +72,7 @@ pub struct ScrubTotals {
     pub objects: u64,
     /// Copies that failed their checksums.
     pub corrupt: u64,
-    /// Of those, copies replaced by a good one.
+    /// Of those, copies that read whole after the scrub mended or replaced them.
     pub repaired: u64,
     /// When the last scrub finished, seconds since the Unix epoch (0: none yet).
     pub last_unix: u64,
