@@ -153,10 +153,37 @@ impl SeedReport {
     }
 }
 
-/// Run seed `seed`.
+/// Simulated time a run may take past its clients' `secs` before it counts as
+/// hung. A run ends about 20 s after its clients (heal, scrubs, settles, checks).
+pub const SEED_LIMIT: Duration = Duration::from_secs(600);
+
+/// Run seed `seed`; a run that has not ended within [`SEED_LIMIT`] past its
+/// clients' time fails, with its seed (see [`run_seed_within`]).
 pub fn run_seed(seed: u64, opts: &FaultOpts) -> anyhow::Result<SeedReport> {
+    run_seed_within(seed, opts, Duration::from_secs(opts.secs) + SEED_LIMIT)
+}
+
+/// Run seed `seed`, failing it when it has not ended after `limit` of simulated
+/// time. Seed 3397 once never ended (a client waited for a call to a crashed node,
+/// fix 18), and a 10,000-seed run waited for it with no word of which seed it was.
+pub fn run_seed_within(seed: u64, opts: &FaultOpts, limit: Duration) -> anyhow::Result<SeedReport> {
     let rt = crate::runtime()?;
-    Ok(rt.block_on(run(seed, opts.clone())))
+    Ok(rt.block_on(async {
+        match tokio::time::timeout(limit, run(seed, opts.clone())).await {
+            Ok(report) => report,
+            Err(_) => {
+                let mut r = failed_setup(
+                    seed,
+                    format!(
+                        "the run did not end within {} s of simulated time: a hang (a task waiting for something that never comes)",
+                        limit.as_secs()
+                    ),
+                );
+                r.sim_secs = limit.as_secs_f64();
+                r
+            }
+        }
+    }))
 }
 
 /// One write of a block: its number and when it was acknowledged.

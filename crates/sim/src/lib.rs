@@ -32,7 +32,7 @@ pub mod paper;
 pub mod rng;
 pub mod sizestore;
 
-pub use faults::{run_seed, FaultOpts, SeedReport};
+pub use faults::{run_seed, run_seed_within, FaultOpts, SeedReport, SEED_LIMIT};
 pub use model::Model;
 
 thread_local! {

@@ -5,7 +5,7 @@ use drove_paperbench::index::{lookup, IndexKind};
 use drove_paperbench::{Op, System};
 use drove_sim::faults::{FaultKind, FaultOpts};
 use drove_sim::paper::PaperOpts;
-use drove_sim::{run_seed, run_seeds, Model};
+use drove_sim::{run_seed, run_seed_within, run_seeds, Model};
 
 /// Seeds `make test` runs; `drove sim faults --seeds 10000` runs more.
 const SEEDS: u64 = 300;
@@ -70,6 +70,25 @@ fn test_a_seed_replays_byte_for_byte() {
     assert_eq!(a, b);
     let c = serde_json::to_string(&run_seed(43, &small()).unwrap()).unwrap();
     assert_ne!(a, c, "another seed is another run");
+}
+
+/// A run that does not end fails with its seed rather than hanging the whole run
+/// of seeds (seed 3397 once did, fix 18). Here the limit is shorter than the
+/// clients' own time, so the run cannot end within it.
+#[test]
+fn test_a_run_that_does_not_end_in_time_fails_with_its_seed() {
+    let r = run_seed_within(7, &small(), std::time::Duration::from_secs(5)).unwrap();
+    assert_eq!(r.seed, 7);
+    assert!(!r.passed());
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("did not end within 5 s of simulated time")),
+        "{:?}",
+        r.violations
+    );
+    // With the default limit the same seed ends and passes.
+    assert!(run_seed(7, &small()).unwrap().passed());
 }
 
 #[test]
