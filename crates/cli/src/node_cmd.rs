@@ -84,6 +84,13 @@ pub struct RunArgs {
     /// at the recovery rate limit, repairs rotten copies); 0 turns them off.
     #[arg(long, default_value_t = 86400)]
     pub scrub_every: u64,
+    /// Space kept free on the data directory's file system for the node's own
+    /// metadata (its Raft log), recovery record and log: once less is free, writes
+    /// that need new space fail with ENOSPC (QEMU's werror=enospc pauses the VM)
+    /// while reads, overwrites and deletes go on [default: 2 % of the file system,
+    /// at least 8M, at most 1G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_reserve)]
+    pub reserve_space: Option<u64>,
     /// Seconds an NBD client has from connecting to the end of option haggling
     /// (fractions allowed); one that stalls longer is disconnected.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
@@ -245,6 +252,7 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         join_timeout: std::time::Duration::from_secs(a.join_timeout.max(1)),
         lock_lease: std::time::Duration::from_secs(a.lock_lease.max(2)),
         scrub_every: (a.scrub_every > 0).then(|| std::time::Duration::from_secs(a.scrub_every)),
+        reserve_space: a.reserve_space,
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
         nbd_max_connections: a.nbd_max_connections as usize,
         nbd_max_connections_per_client: a.nbd_max_connections_per_client as usize,
@@ -261,6 +269,11 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         .await
         .context("node failed")?;
     Ok(())
+}
+
+/// `--reserve-space`: a size (K/M/G/T).
+fn parse_reserve(s: &str) -> std::result::Result<u64, String> {
+    drove_types::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn handshake_timeout(secs: f64) -> Result<std::time::Duration> {

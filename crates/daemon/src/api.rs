@@ -468,6 +468,17 @@ pub struct LocalHealth {
     pub disk_bytes: Option<u64>,
     /// Space left there for drove, bytes.
     pub disk_free_bytes: Option<u64>,
+    /// Space the node keeps free there for its metadata: below it, writes that need
+    /// new space are refused with ENOSPC (`None`: from a node that predates it).
+    #[serde(default)]
+    pub disk_reserve_bytes: Option<u64>,
+    /// The data directory whose file system that is (to name the disk).
+    #[serde(default)]
+    pub data_dir: Option<String>,
+    /// Why the node's metadata service (its openraft core) stopped for good, if it
+    /// did: the node then exits so that its service manager restarts it.
+    #[serde(default)]
+    pub meta_stopped: Option<String>,
     /// The zone-sync lag of each VDI written through it.
     pub lags: Vec<crate::wan::LagReport>,
 }

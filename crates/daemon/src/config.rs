@@ -28,6 +28,10 @@ pub struct NodeConfig {
     pub lock_lease: std::time::Duration,
     /// Pause between background scrubs of this node's objects (`None`: never).
     pub scrub_every: Option<std::time::Duration>,
+    /// Bytes kept free on the data directory's file system for the node itself
+    /// (`None`: [`drove_objstore::default_reserve`] of its size): below that, the
+    /// object store refuses writes that need new space.
+    pub reserve_space: Option<u64>,
     /// Time an NBD client has for its handshake.
     pub nbd_handshake_timeout: std::time::Duration,
     /// NBD connections open at once, TCP and unix socket together.

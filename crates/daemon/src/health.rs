@@ -24,9 +24,6 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 const DISK_WARN: f64 = 0.85;
 /// Disk use from which it is full for practical purposes.
 const DISK_ERR: f64 = 0.95;
-/// Free space below which a node reports itself unhealthy and is kept down (so
-/// writes go to the other replicas; it comes back once space does).
-pub(crate) const MIN_FREE: u64 = 16 << 20;
 /// Clock difference (beyond what the round trip leaves uncertain) worth a warning.
 const SKEW_WARN_MS: f64 = 500.0;
 /// Share of a zone-sync lag bound from which the lag is a warning (at the bound,
@@ -65,6 +62,9 @@ fn local(a: &Admin) -> LocalHealth {
         recovery: a.recoverer.progress(),
         disk_bytes: disk.map(|d| d.0),
         disk_free_bytes: disk.map(|d| d.1),
+        disk_reserve_bytes: Some(a.reserve),
+        data_dir: a.store_dir.parent().map(|d| d.display().to_string()),
+        meta_stopped: a.meta.stopped(),
         lags,
     }
 }
@@ -111,6 +111,56 @@ pub(crate) async fn health(State(a): State<Admin>) -> ApiResult<Health> {
     answers.extend(join_all(asks).await);
     let state = a.meta.state();
     Ok(Json(judge(me, a.meta.quorum_age(), &state, &answers)))
+}
+
+/// Share of a disk in use, 0 to 1 (1 for an empty size).
+fn used_share(size: u64, free: u64) -> f64 {
+    if size == 0 {
+        1.0
+    } else {
+        1.0 - free as f64 / size as f64
+    }
+}
+
+/// What node `n`'s disk (`size` bytes, `free` left) is worth saying, if anything:
+/// ERR below the node's reserve (writes that need new space fail with ENOSPC) or
+/// past [`DISK_ERR`], WARN past [`DISK_WARN`]. The message names the data
+/// directory.
+fn disk_check(n: NodeId, h: &LocalHealth, size: u64, free: u64) -> Option<HealthCheck> {
+    let used = used_share(size, free);
+    let reserve = h.disk_reserve_bytes.unwrap_or(0);
+    let full = free < reserve;
+    let level = if full || used >= DISK_ERR {
+        Level::Err
+    } else if used >= DISK_WARN {
+        Level::Warn
+    } else {
+        return None;
+    };
+    let dir = h
+        .data_dir
+        .as_deref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    let what = if full {
+        format!(
+            "; below the {} it keeps for its metadata, writes that need new space there fail \
+             with ENOSPC until space is freed (delete VDIs or snapshots, or add nodes)",
+            format_size(reserve)
+        )
+    } else {
+        String::new()
+    };
+    Some(check(
+        level,
+        "disk",
+        format!(
+            "node {n}'s disk{dir} is {:.0} % used: {} free of {}{what}",
+            used * 100.0,
+            format_size(free),
+            format_size(size),
+        ),
+    ))
 }
 
 fn check(level: Level, check: &str, message: String) -> HealthCheck {
@@ -176,38 +226,24 @@ pub(crate) fn judge(
         };
         let n = ans.node;
         recovery.extend(recovering(n, h, state.map.epoch.0));
+        if let Some(why) = &h.meta_stopped {
+            checks.push(check(
+                Level::Err,
+                "meta",
+                format!(
+                    "node {n}'s metadata service stopped: {}; the node exits so that its \
+                     service manager starts it again",
+                    why
+                ),
+            ));
+        }
         if let (Some(size), Some(free)) = (h.disk_bytes, h.disk_free_bytes) {
-            let used = if size == 0 {
-                1.0
-            } else {
-                1.0 - free as f64 / size as f64
-            };
+            if let Some(c) = disk_check(n, h, size, free) {
+                disks.push(c);
+            }
+            let used = used_share(size, free);
             if fullest.is_none_or(|(u, _)| used > u) {
                 fullest = Some((used, n));
-            }
-            let level = if free < MIN_FREE || used >= DISK_ERR {
-                Level::Err
-            } else if used >= DISK_WARN {
-                Level::Warn
-            } else {
-                Level::Ok
-            };
-            if level != Level::Ok {
-                disks.push(check(
-                    level,
-                    "disk",
-                    format!(
-                        "node {n}'s disk is {:.0} % used: {} free of {}{}",
-                        used * 100.0,
-                        format_size(free),
-                        format_size(size),
-                        if free < MIN_FREE {
-                            "; a node this full is kept down"
-                        } else {
-                            ""
-                        }
-                    ),
-                ));
             }
         }
         // The clock difference, give or take half the round trip.

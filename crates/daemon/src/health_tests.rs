@@ -27,6 +27,9 @@ fn healthy(node: u64) -> LocalHealth {
         },
         disk_bytes: Some(100 << 30),
         disk_free_bytes: Some(60 << 30),
+        disk_reserve_bytes: Some(1 << 30),
+        data_dir: Some(format!("/var/lib/drove/node{node}")),
+        meta_stopped: None,
         lags: Vec::new(),
     }
 }
@@ -171,13 +174,60 @@ fn test_disk_near_full_warns_and_full_is_an_error() {
     answers[1] = answer(2, near);
     let h = judge(NodeId(1), FRESH, &state(), &answers);
     assert_eq!(levels(&h)[0], (Level::Warn, "disk"), "{h:?}");
-    assert!(h.checks[0].message.contains("node 2's disk is 90 % used"));
+    assert!(h.checks[0]
+        .message
+        .contains("node 2's disk (/var/lib/drove/node2) is 90 % used"));
     let mut full = healthy(3);
     full.disk_free_bytes = Some(1 << 20);
     answers[2] = answer(3, full);
     let h = judge(NodeId(1), FRESH, &state(), &answers);
     assert_eq!(h.status, Level::Err);
-    assert!(h.checks[0].message.contains("kept down"), "{h:?}");
+    let msg = &h.checks[0].message;
+    assert!(
+        msg.contains("node 3's disk (/var/lib/drove/node3)"),
+        "{h:?}"
+    );
+    assert!(msg.contains("fail with ENOSPC"), "{h:?}");
+}
+
+#[test]
+fn test_a_disk_below_the_reserve_is_an_error_however_big() {
+    let mut answers = all_healthy();
+    let mut low = healthy(2);
+    // 10 TB with 50 GB free: 99.5 % used, and below a 64 GB reserve.
+    low.disk_bytes = Some(10_000 << 30);
+    low.disk_free_bytes = Some(50 << 30);
+    low.disk_reserve_bytes = Some(64 << 30);
+    answers[1] = answer(2, low.clone());
+    let h = judge(NodeId(1), FRESH, &state(), &answers);
+    assert_eq!(levels(&h)[0], (Level::Err, "disk"), "{h:?}");
+    assert!(
+        h.checks[0].message.contains("below the 64G it keeps"),
+        "{h:?}"
+    );
+    // Above its reserve and under 85 %: nothing to say.
+    low.disk_bytes = Some(100 << 30);
+    low.disk_free_bytes = Some(50 << 30);
+    low.disk_reserve_bytes = Some(1 << 30);
+    answers[1] = answer(2, low);
+    let h = judge(NodeId(1), FRESH, &state(), &answers);
+    assert_eq!(h.status, Level::Ok, "{h:?}");
+}
+
+#[test]
+fn test_a_node_whose_metadata_stopped_is_an_error() {
+    let mut answers = all_healthy();
+    let mut dead = healthy(2);
+    dead.meta_stopped = Some("No space left on device".into());
+    answers[1] = answer(2, dead);
+    let h = judge(NodeId(1), FRESH, &state(), &answers);
+    assert_eq!(levels(&h)[0], (Level::Err, "meta"), "{h:?}");
+    assert!(
+        h.checks[0]
+            .message
+            .contains("node 2's metadata service stopped: No space"),
+        "{h:?}"
+    );
 }
 
 #[test]

@@ -79,10 +79,13 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let me = meta.node_id();
     let metrics = Metrics::new();
     meta.set_metrics(metrics.clone());
-    let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(
+    let file_store = FileStore::open_reserving(
         &cfg.data.join("store"),
         u64::from(DEFAULT_OBJECT_SIZE),
-    )?);
+        cfg.reserve_space,
+    )?;
+    let reserve = file_store.reserve();
+    let store: Arc<dyn ObjectStore> = Arc::new(file_store);
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
     let pool = PeerPool::with_routes(
@@ -131,6 +134,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         )?,
         admin_scheme: if admin_tls.is_some() { "https" } else { "http" },
         store_dir: cfg.data.join("store"),
+        reserve,
         token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
         open_metrics: cfg.open_metrics,
     }));
@@ -156,10 +160,13 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     ));
     let recovery_task = tokio::spawn(recoverer.clone().run());
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
-    let data_dir = cfg.data.join("store");
     let clean_of = recoverer.clone();
+    // A full disk does not make the node unhealthy: it stays up and serves reads,
+    // and writes that need new space there fail with ENOSPC (see
+    // drove_objstore's reserve). Marking it down would move its objects onto disks
+    // that fill up in turn.
     let health_task = tokio::spawn(meta.clone().run_health(
-        move || has_room(&data_dir),
+        || true,
         move || {
             let p = clean_of.progress();
             p.clean.then_some(drove_types::Epoch(p.epoch))
@@ -185,6 +192,18 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
 
     let outcome = tokio::select! {
         () = shutdown => Ok(()),
+        why = meta.wait_stopped() => {
+            // openraft does not go on after a storage error (a full disk under its
+            // log, an I/O error): this process's metadata is dead. Exiting with an
+            // error lets the service manager start the node again, which reopens
+            // the log once the disk works.
+            let why = format!(
+                "This node's metadata service stopped: {why}. The node exits so that its \
+                 service manager starts it again"
+            );
+            tracing::error!("{why}");
+            Err(Error::unavailable(why))
+        }
         () = removed.notified() => {
             let why = format!(
                 "This node ({me}) was removed from the cluster (drove node leave/remove): it \
@@ -313,12 +332,6 @@ fn node_client(
     builder
         .build()
         .map_err(|e| Error::invalid(format!("Cannot make an HTTP client: {e}")))
-}
-
-/// Whether the filesystem of `dir` has room for more objects (a node without is
-/// kept down, so writes go to the other replicas; it recovers once space comes back).
-fn has_room(dir: &std::path::Path) -> bool {
-    crate::health::disk_space(dir).is_none_or(|(_, free)| free >= crate::health::MIN_FREE)
 }
 
 /// Scrub this node's objects every `every`, paced by the recovery rate limit.

@@ -77,6 +77,8 @@ pub(crate) struct Health {
     /// When a leader last answered this node's heartbeat saying a majority had
     /// acknowledged it lately (see [`Meta::quorum_age`]).
     confirmed: Mutex<Option<Instant>>,
+    /// When this node first saw its openraft core stopped for good.
+    stopped_at: Mutex<Option<Instant>>,
 }
 
 impl Health {
@@ -266,10 +268,44 @@ impl Meta {
     /// old that view may be.
     pub fn quorum_age(&self) -> Option<Duration> {
         let m = self.raft.metrics().borrow().clone();
+        if m.running_state.is_err() {
+            // openraft stopped for good: its metrics are frozen as they were, and
+            // the leader may still answer this node's heartbeats. It knows of no
+            // working majority since it stopped.
+            let stopped_at = *self.health.stopped_at.lock().get_or_insert_with(Instant::now);
+            let confirmed = self.health.confirmed.lock().filter(|&c| c < stopped_at);
+            return Some(confirmed.unwrap_or(stopped_at).elapsed());
+        }
         if m.current_leader == Some(self.id) {
             return m.millis_since_quorum_ack.map(Duration::from_millis);
         }
         self.health.confirmed.lock().map(|t| t.elapsed())
+    }
+
+    /// Why this node's openraft core stopped for good (a storage error such as a
+    /// full disk: openraft does not go on after one), or `None` while it runs or
+    /// after a clean shutdown.
+    pub fn stopped(&self) -> Option<String> {
+        match &self.raft.metrics().borrow().running_state {
+            Ok(()) | Err(openraft::error::Fatal::Stopped) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// Wait until this node's openraft core stops for good ([`Meta::stopped`]);
+    /// the reason.
+    pub async fn wait_stopped(&self) -> String {
+        let mut rx = self.raft.metrics();
+        loop {
+            if let Some(why) = self.stopped() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return self
+                    .stopped()
+                    .unwrap_or_else(|| "the metadata Raft core ended".to_string());
+            }
+        }
     }
 
     async fn judge(&self, term: u64) {

@@ -5,6 +5,7 @@ use crate::cache::FdCache;
 use crate::dirty::DirtySet;
 use crate::layout::Layout;
 use crate::objfile::ObjFile;
+use crate::space::Reserve;
 use crate::{check_object_size, check_range, sys, ObjectStore};
 use drove_types::{Error, ObjVersion, ObjectId, Result};
 use std::fs::{self, File};
@@ -22,6 +23,8 @@ pub struct FileStore {
     layout: Layout,
     cache: FdCache,
     dirty: DirtySet,
+    /// The free space kept for the rest of the node (see `space`).
+    reserve: Reserve,
     /// Holds the `flock` on `DIR/LOCK` for the store's lifetime.
     _lock: File,
 }
@@ -29,8 +32,16 @@ pub struct FileStore {
 impl FileStore {
     /// Open (creating if needed) the store in data directory `dir`, for objects of at
     /// most `object_size` bytes (a multiple of 4 KiB; 4 MiB by default in drove).
-    /// Fails with `Unavailable` if another store has `dir` open.
+    /// Fails with `Unavailable` if another store has `dir` open. Keeps the default
+    /// reserve free on its file system ([`crate::default_reserve`]).
     pub fn open(dir: &Path, object_size: u64) -> Result<FileStore> {
+        FileStore::open_reserving(dir, object_size, None)
+    }
+
+    /// [`FileStore::open`], keeping `reserve` bytes free on the file system for
+    /// the rest of the node (`None`: the default for its size): below that, writes
+    /// that need new blocks fail with `NoSpace` (see `space`).
+    pub fn open_reserving(dir: &Path, object_size: u64, reserve: Option<u64>) -> Result<FileStore> {
         check_object_size(object_size)?;
         fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         let lock_path = dir.join("LOCK");
@@ -61,6 +72,7 @@ impl FileStore {
             layout,
             cache: FdCache::new(capacity as usize),
             dirty: DirtySet::new(),
+            reserve: Reserve::new(dir.to_path_buf(), reserve),
             _lock: lock,
         })
     }
@@ -68,6 +80,32 @@ impl FileStore {
     /// The largest object this store holds, in bytes.
     pub fn object_size(&self) -> u64 {
         self.object_size
+    }
+
+    /// The bytes this store leaves free on its file system.
+    pub fn reserve(&self) -> u64 {
+        self.reserve.bytes
+    }
+
+    /// Refuse a write of `len` bytes at `offset` of `oid` that needs new blocks
+    /// while the disk is below the reserve. Looked up without creating the object:
+    /// a refused write must not leave an empty object behind (a clone would then
+    /// read zeros there instead of its parent's data).
+    fn admit_write(&self, oid: ObjectId, offset: u64, len: u64, versioned: bool) -> Result<()> {
+        self.reserve.admit(
+            || format!("object {oid}: write"),
+            || match self.handle(oid, false) {
+                Ok(Some(f)) => f.needs_space(offset, len, versioned),
+                Ok(None) | Err(_) => Ok(true),
+            },
+        )
+    }
+
+    /// Refuse a new object (created or recovered whole) while the disk is below
+    /// the reserve.
+    fn admit_new(&self, oid: ObjectId, what: &str) -> Result<()> {
+        self.reserve
+            .admit(|| format!("object {oid}: {what}"), || Ok(true))
     }
 
     /// Write `data` (creating the object), then set its version if one is given: one
@@ -83,6 +121,7 @@ impl FileStore {
         if data.is_empty() {
             return Ok(());
         }
+        self.admit_write(oid, offset, data.len() as u64, version.is_some())?;
         let Some(f) = self.handle(oid, true)? else {
             return Err(Error::io(
                 format!("object {oid}: create"),
@@ -144,6 +183,7 @@ impl ObjectStore for FileStore {
 
     fn create(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<()> {
         check_range(oid, self.object_size, 0, data.len() as u64)?;
+        self.admit_new(oid, "create")?;
         self.layout.ensure_dirs(oid)?;
         let (data_path, crc_path) = (self.layout.data_path(oid), self.layout.crc_path(oid));
         let tmp = |p: &Path| {
@@ -171,6 +211,8 @@ impl ObjectStore for FileStore {
 
     fn replace(&self, oid: ObjectId, data: &[u8], version: ObjVersion) -> Result<u64> {
         check_range(oid, self.object_size, 0, data.len() as u64)?;
+        // Before the old copy goes: a refused recovery copy keeps it.
+        self.admit_new(oid, "recovery copy")?;
         self.delete(oid)?;
         // Creating the handle creates the (empty) data file: the object exists
         // even if `data` is all zeros.

@@ -32,11 +32,13 @@ mod file;
 mod layout;
 mod mem;
 mod objfile;
+mod space;
 mod stripes;
 mod sys;
 
 pub use file::FileStore;
 pub use mem::MemStore;
+pub use space::default_reserve;
 pub use sys::{disk_space, DiskSpace};
 
 use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};

@@ -292,6 +292,23 @@ impl ObjFile {
         crc::verify(self.oid, b, out, crc::entry(&stored, 0))
     }
 
+    /// Whether a write of `len` bytes at `offset` needs new blocks: a data block or
+    /// a checksum block not allocated yet, or (`versioned`: the write sets the
+    /// version) the version record.
+    pub(crate) fn needs_space(&self, offset: u64, len: u64, versioned: bool) -> io::Result<bool> {
+        if len == 0 {
+            return Ok(false);
+        }
+        let (first, last) = (offset / BS, (offset + len - 1) / BS);
+        let crc_at = first * CRC_LEN as u64;
+        let crc_len = (last - first + 1) * CRC_LEN as u64;
+        let version_there =
+            !versioned || sys::allocated(&self.crc, self.version_at, VERSION_LEN as u64)?;
+        Ok(!(sys::allocated(&self.data, offset, len)?
+            && sys::allocated(&self.crc, crc_at, crc_len)?
+            && version_there))
+    }
+
     /// Write `data` at `offset` (range already checked).
     pub(crate) fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let res = self.write_blocks(offset, data);

@@ -116,6 +116,21 @@ pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
 }
 
+/// Whether every byte of `[offset, offset + len)` of `file` has blocks allocated
+/// (no hole, not past the end): a write there needs no new space. `SEEK_HOLE`
+/// finds the first hole at or after `offset` (the end of the file counts as one).
+pub(crate) fn allocated(file: &File, offset: u64, len: u64) -> io::Result<bool> {
+    if len == 0 {
+        return Ok(true);
+    }
+    match rustix::fs::seek(file, rustix::fs::SeekFrom::Hole(offset)) {
+        Ok(hole) => Ok(hole >= offset.saturating_add(len)),
+        // At or past the end of the file: nothing there is allocated.
+        Err(Errno::NXIO) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether `e` is EINVAL (a direct write the disk refused).
 pub(crate) fn is_invalid(e: &io::Error) -> bool {
     e.raw_os_error() == Some(Errno::INVAL.raw_os_error())
@@ -192,6 +207,29 @@ mod tests {
         let mut buf = [1u8; 4096];
         read_full_at(&f, &mut buf, 8192).unwrap();
         assert_eq!(buf, [0u8; 4096]);
+    }
+
+    #[test]
+    fn test_allocated_sees_holes_and_the_end_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        assert!(!allocated(&f, 0, 4096).unwrap(), "an empty file");
+        f.write_all_at(&[1u8; 8192], 0).unwrap();
+        f.write_all_at(&[1u8; 4096], 1 << 20).unwrap();
+        assert!(allocated(&f, 0, 8192).unwrap());
+        assert!(allocated(&f, 100, 10).unwrap());
+        assert!(!allocated(&f, 4096, 8192).unwrap(), "runs into the hole");
+        assert!(!allocated(&f, 64 << 10, 4096).unwrap(), "the hole");
+        assert!(allocated(&f, 1 << 20, 4096).unwrap());
+        assert!(!allocated(&f, 1 << 20, 8192).unwrap(), "past the end");
+        assert!(!allocated(&f, 2 << 20, 1).unwrap(), "beyond the end");
+        assert!(allocated(&f, 2 << 20, 0).unwrap(), "nothing to write");
     }
 
     #[test]

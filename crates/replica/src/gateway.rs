@@ -179,6 +179,12 @@ impl Gateway {
         if failed.is_empty() {
             return Ok(());
         }
+        // Final for the write: the lock moved, the request is wrong, the VDI is
+        // gone, or a replica's disk is full. A full disk is not a failed node:
+        // marking it down would only move its objects onto disks that fill up in
+        // turn (and a cluster sharing one full disk would mark every node down and
+        // fail reads too). The client gets ENOSPC instead (QEMU's werror=enospc
+        // pauses the VM) until space is freed.
         let fatal = failed.iter().position(|(_, e)| {
             matches!(
                 e.kind(),
@@ -187,6 +193,7 @@ impl Gateway {
                     | ErrorKind::Invalid
                     | ErrorKind::NotFound
                     | ErrorKind::Gone
+                    | ErrorKind::NoSpace
             )
         });
         let enough = applied >= usize::from(vdi.min_copies());

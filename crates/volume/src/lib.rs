@@ -8,6 +8,7 @@
 mod cow;
 pub mod lock;
 pub mod map;
+mod torn;
 mod volume;
 
 pub use lock::{Lease, LockService};

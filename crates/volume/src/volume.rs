@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::cow::{Cow, Source};
 use crate::lock::{LockService, Renewal, WriteLock};
 use crate::map::{extents, Extent};
+use crate::torn::Torn;
 
 /// How long a write waits for this node to apply a snapshot that moved the VDI's
 /// lock to a new id before it gives up.
@@ -43,6 +44,8 @@ pub struct Volume {
     gateway: Arc<Gateway>,
     /// Objects written since the last successful flush.
     dirty: Mutex<BTreeSet<ObjectId>>,
+    /// Ranges whose last write failed and may differ between replicas.
+    torn: Torn,
     locks: Arc<dyn LockService>,
     lock: WriteLock,
     /// Clients attached through this node.
@@ -65,6 +68,7 @@ impl Volume {
             cow: Cow::default(),
             gateway,
             dirty: Mutex::new(BTreeSet::new()),
+            torn: Torn::default(),
             locks,
             lock: WriteLock::default(),
             attached: AtomicUsize::new(0),
@@ -108,7 +112,7 @@ impl Volume {
         // flush is tried again a few times (the lease is renewed meanwhile).
         // Deleted, or the lock moved on: nothing is left to bring up to date.
         let moot = |e: &Error| matches!(e.kind(), ErrorKind::Gone | ErrorKind::Fenced);
-        let mut synced = self.sync().await;
+        let mut synced = self.mend_and_sync().await;
         for wait in DETACH_SYNC_RETRIES {
             let Err(e) = &synced else { break };
             if moot(e) {
@@ -119,7 +123,7 @@ impl Volume {
             }
             tracing::warn!(vdi = %self.info().name, "flush at detach failed, again in {wait:?}: {e}");
             tokio::time::sleep(wait).await;
-            synced = self.sync().await;
+            synced = self.mend_and_sync().await;
         }
         if self.attached.load(Ordering::SeqCst) != 0 {
             return;
@@ -155,6 +159,7 @@ impl Volume {
     pub async fn hand_over(&self, to: &str) -> Result<()> {
         let info = self.info();
         if let Some(g) = self.lock.retire_for_handover(&info, to).await {
+            self.mend_torn(g).await?;
             self.sync().await?;
             self.locks.release(&info, g).await?;
             tracing::info!(vdi = %info.name, %to, "lock handed over");
@@ -260,6 +265,9 @@ impl Volume {
         Fut: std::future::Future<Output = Result<(VdiInfo, Vec<VdiInfo>)>>,
     {
         let _paused = self.lock.pause().await;
+        if let Some(g) = self.lock.held_generation() {
+            self.mend_torn(g).await?;
+        }
         self.sync().await?;
         let (info, parents) = propose().await?;
         self.set_info(info.clone(), parents);
@@ -527,14 +535,14 @@ impl Volume {
         let (generation, _in_flight) = self.write_generation(&info).await?;
         let (info, parents) = self.view_for_lock().await?;
         let ex = extents(u64::from(info.object_size), offset, data.len() as u64);
-        self.within_lease(try_join_all(ex.iter().map(|e| {
-            let start = e.buf_offset as usize;
-            let part = data.slice(start..start + e.len as usize);
-            self.write_extent(&info, &parents, *e, Some(part), fua, generation)
-        })))
-        .await?;
-        self.mark_dirty(&info, &ex, fua);
-        Ok(())
+        let res = self
+            .within_lease(try_join_all(ex.iter().map(|e| {
+                let start = e.buf_offset as usize;
+                let part = data.slice(start..start + e.len as usize);
+                self.write_extent(&info, &parents, *e, Some(part), fua, generation)
+            })))
+            .await;
+        self.written(&info, &ex, fua, res.map(|_| ()))
     }
 
     /// Make `[offset, offset+len)` read as zeros (also used for TRIM).
@@ -546,13 +554,76 @@ impl Volume {
         let (generation, _in_flight) = self.write_generation(&info).await?;
         let (info, parents) = self.view_for_lock().await?;
         let ex = extents(u64::from(info.object_size), offset, len);
-        self.within_lease(try_join_all(
-            ex.iter()
-                .map(|e| self.write_extent(&info, &parents, *e, None, fua, generation)),
-        ))
-        .await?;
-        self.mark_dirty(&info, &ex, fua);
+        let res = self
+            .within_lease(try_join_all(ex.iter().map(|e| {
+                self.write_extent(&info, &parents, *e, None, fua, generation)
+            })))
+            .await;
+        self.written(&info, &ex, fua, res.map(|_| ()))
+    }
+
+    /// Book a write of `ex` that ended with `res`: written objects are dirty until
+    /// the next flush; a failed write's bytes are torn (see [`crate::torn`]).
+    fn written(&self, info: &VdiInfo, ex: &[Extent], fua: bool, res: Result<()>) -> Result<()> {
+        match res {
+            Ok(()) => {
+                self.torn.cover(ex);
+                self.mark_dirty(info, ex, fua);
+                Ok(())
+            }
+            Err(e) => {
+                self.torn.record(ex);
+                Err(e)
+            }
+        }
+    }
+
+    /// Make every object a failed write may have left different on its replicas
+    /// identical again, under lock generation `generation`: read whole from one
+    /// replica, written whole to all. Before the lock is given up cleanly, since
+    /// a release tells the next writer that every copy has every write.
+    async fn mend_torn(&self, generation: u64) -> Result<()> {
+        let torn = self.torn.objects();
+        if torn.is_empty() {
+            return Ok(());
+        }
+        let (info, parents) = self.view();
+        tracing::info!(vdi = %info.name, objects = torn.len(), "making the objects of failed writes identical on every replica");
+        let os = u64::from(info.object_size);
+        for index in torn {
+            let start = u64::from(index) * os;
+            if start >= info.size {
+                self.torn.mended(index);
+                continue;
+            }
+            let e = Extent {
+                index,
+                offset: 0,
+                len: os.min(info.size - start),
+                buf_offset: 0,
+            };
+            let data = self.read_extent(&info, &parents, e).await?;
+            self.write_extent(&info, &parents, e, Some(data), true, generation)
+                .await?;
+            self.torn.mended(index);
+        }
         Ok(())
+    }
+
+    /// [`Volume::mend_torn`] under the lock held now (none held: nothing can be
+    /// mended, and the caller keeps the lock from being released), then
+    /// [`Volume::sync`].
+    async fn mend_and_sync(&self) -> Result<drove_replica::Lag> {
+        if !self.torn.objects().is_empty() {
+            let g = self.lock.held_generation().ok_or_else(|| {
+                Error::unavailable(format!(
+                    "VDI '{}': failed writes left replicas to make identical, and the lease is gone",
+                    self.info().name
+                ))
+            })?;
+            self.mend_torn(g).await?;
+        }
+        self.sync().await
     }
 
     /// Record written objects. Done after every replica answered and before the
