@@ -281,3 +281,50 @@ fn test_renewals_need_no_log_entry_and_a_leader_kill_keeps_the_lease() {
         ],
     );
 }
+
+/// A whole cluster dies under a writer (every node SIGKILLed, a site's power cut)
+/// and starts again. A client then attaching through another node than the
+/// writer's must not be served before the dead writer's generation is settled
+/// (its replicas made identical): the new Raft term extended every lease and the
+/// writer's node answers pings again, but the run of it that held the lock is
+/// gone. Before the fix the attach was served at once and `vdi info` still showed
+/// the writer's generation unsettled.
+#[test]
+fn test_after_a_whole_cluster_restart_another_node_settles_before_it_serves() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("vm", "64M", &[]);
+    let (mut a, a_in) = attached_writer(&c, "0");
+    let info = |c: &Cluster| -> serde_json::Value {
+        let o = c.drove(1, &["vdi", "info", "vm", "--json"]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let v = info(&c);
+    assert_eq!(v["lock"]["owner"].as_u64(), Some(c.nodes[0].id), "{v}");
+    let generation = v["lock"]["generation"].as_u64().unwrap();
+    assert!(
+        v["settled_generation"].as_u64().unwrap() < generation,
+        "{v}"
+    );
+    for i in 0..3 {
+        c.kill(i);
+    }
+    drop(a_in);
+    let _ = a.kill();
+    let _ = a.wait();
+    c.restart_all();
+    // A reader through node 2 (not the writer's node 1).
+    let uri2 = c.nodes[1].uri("vm");
+    wait_until(Duration::from_secs(60), "a read through node 2", || {
+        reads_back(&uri2, "0x11", "0")
+    });
+    let v = info(&c);
+    let settled = v["settled_generation"].as_u64().unwrap();
+    assert!(
+        settled >= generation,
+        "node 2 served the VDI with the dead writer's generation {generation} unsettled: {v}"
+    );
+}

@@ -158,8 +158,12 @@ impl VdiExports {
     }
 
     /// Whether `lock`'s holder is a live gateway: its lease runs, the map has it up
-    /// and it answers. One that does not answer may have died a moment ago, before
-    /// the failure detector noticed.
+    /// and the very run of its process that took the lock answers. One that does
+    /// not answer may have died a moment ago, before the failure detector noticed.
+    /// One that answers as another run restarted since: after a whole cluster lost
+    /// power, every node answers again and the new Raft term extended every lease,
+    /// but the writer that held the lock is gone and its writes are not settled
+    /// (the lock names the run that took it, [`drove_meta::VdiLock::incarnation`]).
     async fn holder_is_live(
         &self,
         state: &drove_meta::MetaState,
@@ -174,7 +178,7 @@ impl VdiExports {
         }
         tokio::time::timeout(Duration::from_secs(1), self.gateway.ping(lock.owner))
             .await
-            .is_ok_and(|r| r.is_ok())
+            .is_ok_and(|r| matches!(r, Ok(Some(run)) if run == lock.incarnation))
     }
 
     /// The clients that have VDI `name` open through this node.

@@ -101,7 +101,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     }
     let catchup = CatchUp::open(Some(cfg.data.join("recovery.json")));
     let routes_task = tokio::spawn(pool.clone().watch_routes());
-    let local = LocalStore::with_catchup(store.clone(), catchup);
+    let local = LocalStore::for_run(store.clone(), catchup, meta.incarnation());
     let gateway = Gateway::new(
         me,
         local.clone(),

@@ -193,6 +193,13 @@ impl Meta {
             ..self.cfg.node.clone()
         };
         self.execute(Command::UpsertNode(node)).await?;
+        // Locks an earlier run of this node held die with it: another node may take
+        // them (and repair first) without waiting out their leases.
+        self.execute(Command::ForgetRun {
+            node: NodeId(self.id),
+            incarnation: self.incarnation(),
+        })
+        .await?;
         Ok(())
     }
 

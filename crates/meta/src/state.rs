@@ -607,6 +607,17 @@ pub enum Command {
         /// The oldest epoch kept.
         keep_from: Epoch,
     },
+    /// Node `node` started again as run `incarnation`: the write locks an earlier
+    /// run of it held end now. That run is dead (one process per data directory),
+    /// and after a whole cluster lost power the new term extended every lease, so
+    /// without this the next writer waited a whole lease for a holder that will
+    /// never renew. The locks stay unsettled: the next holder repairs first.
+    ForgetRun {
+        /// The node that started.
+        node: NodeId,
+        /// Its new run.
+        incarnation: u64,
+    },
 }
 
 impl Command {
@@ -648,6 +659,7 @@ impl Command {
             Command::RemoveToken { .. } => "RemoveToken",
             Command::SetVdiAccess { .. } => "SetVdiAccess",
             Command::TrimHistory { .. } => "TrimHistory",
+            Command::ForgetRun { .. } => "ForgetRun",
         }
     }
 }
@@ -1006,6 +1018,7 @@ impl MetaState {
             Command::RemoveToken { name } => self.remove_token(name),
             Command::SetVdiAccess { name, nbd_clients } => self.set_vdi_access(name, nbd_clients),
             Command::TrimHistory { keep_from } => self.trim_history(*keep_from),
+            Command::ForgetRun { node, incarnation } => self.forget_run(*node, *incarnation),
         }
     }
 

@@ -280,4 +280,12 @@ pub enum PeerResp {
         /// Its error, as the primary saw it.
         err: WireError,
     },
+    // Variants are encoded by position on the wire: new ones go at the end.
+    /// The answer to [`PeerReq::Ping`]: the run of the answering process (random
+    /// at every start), so that a lock's holder is known alive only in the run
+    /// that took the lock.
+    Pong {
+        /// The answering process's incarnation (0: unknown).
+        incarnation: u64,
+    },
 }

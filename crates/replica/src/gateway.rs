@@ -271,12 +271,17 @@ impl Gateway {
         }
     }
 
-    /// Whether `node` answers on the peer protocol.
-    pub async fn ping(&self, node: NodeId) -> Result<()> {
+    /// Whether `node` answers on the peer protocol, and the incarnation of the
+    /// process that answered (`None` from a node that does not say).
+    pub async fn ping(&self, node: NodeId) -> Result<Option<u64>> {
         let epoch = self.map.get().epoch;
-        self.send(node, PeerReq::Ping { epoch }, Bytes::new())
-            .await
-            .map(|_| ())
+        let (resp, _) = self
+            .send(node, PeerReq::Ping { epoch }, Bytes::new())
+            .await?;
+        Ok(match resp {
+            PeerResp::Pong { incarnation } => Some(incarnation),
+            _ => None,
+        })
     }
 
     /// Read `len` bytes of `oid` at `offset` from the nearest replica that answers:

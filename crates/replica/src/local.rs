@@ -35,6 +35,8 @@ pub async fn blocking<T: Send + 'static>(
 /// and its catch-up state: what every request that reaches this node, from a peer or
 /// from its own gateway, is checked against and applied to.
 pub struct LocalStore {
+    /// This run of the node's process (0: not told).
+    incarnation: u64,
     store: Arc<dyn ObjectStore>,
     catalog: CatalogCell,
     catchup: CatchUp,
@@ -86,7 +88,16 @@ impl LocalStore {
 
     /// Wrap `store` with the catch-up state recovery maintains.
     pub fn with_catchup(store: Arc<dyn ObjectStore>, catchup: CatchUp) -> Arc<Self> {
+        Self::for_run(store, catchup, 0)
+    }
+
+    /// [`LocalStore::with_catchup`] for the run `incarnation` of the node's process
+    /// (random at every start; the write locks it takes carry it): a ping is
+    /// answered with it, so a node can tell a lock holder's own run from a later
+    /// one that restarted since.
+    pub fn for_run(store: Arc<dyn ObjectStore>, catchup: CatchUp, incarnation: u64) -> Arc<Self> {
         Arc::new(LocalStore {
+            incarnation,
             store,
             catalog: CatalogCell::default(),
             catchup,
@@ -243,7 +254,12 @@ impl LocalStore {
             self.client_seen.tick();
         }
         match req {
-            PeerReq::Ping { .. } => Ok((PeerResp::Ok, Bytes::new())),
+            PeerReq::Ping { .. } => Ok((
+                PeerResp::Pong {
+                    incarnation: self.incarnation,
+                },
+                Bytes::new(),
+            )),
             &PeerReq::Read {
                 oid,
                 offset,

@@ -74,6 +74,23 @@ impl MetaState {
         Ok(Reply::Done)
     }
 
+    /// [`super::Command::ForgetRun`]: the leases of the locks an earlier run of
+    /// `node` holds end now (their generations stay unsettled).
+    pub(super) fn forget_run(&mut self, node: NodeId, incarnation: u64) -> ApplyResult {
+        if !self.map.nodes.contains_key(&node) {
+            return Err((
+                drove_types::ErrorKind::NotFound,
+                format!("No node {node} in the cluster"),
+            ));
+        }
+        for l in self.locks.values_mut() {
+            if l.owner == node && l.incarnation != incarnation {
+                l.expires_ms = 0;
+            }
+        }
+        Ok(Reply::Done)
+    }
+
     /// Called before the first command of each Raft term is applied, with that
     /// command's time: a new leader does not know the renewals its predecessor
     /// confirmed without writing them down, so every lock lasts at least its lease

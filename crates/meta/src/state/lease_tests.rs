@@ -91,3 +91,53 @@ fn test_a_lock_recorded_without_its_lease_counts_the_default() {
         1_000_000 + lease::UNRECORDED_LEASE_MS + NEW_LEADER_MARGIN_MS
     );
 }
+
+#[test]
+fn test_a_node_that_started_again_ends_the_leases_of_its_earlier_run_only() {
+    let mut s = state_with("vm");
+    let l = lock_of(acquire(&mut s, 1, 1_000_000));
+    // The whole cluster restarted: the new term keeps every lock alive.
+    s.new_term(9, 1_005_000);
+    let (kind, _) = acquire(&mut s, 2, 1_006_000).unwrap_err();
+    assert_eq!(kind, ErrorKind::Locked);
+    // Node 2 starting again says nothing of node 1's run; node 1's run 0 still
+    // holding it says nothing either.
+    for (node, run) in [(2, 77), (1, 0)] {
+        s.apply(
+            &Command::ForgetRun {
+                node: NodeId(node),
+                incarnation: run,
+            },
+            1_006,
+        )
+        .unwrap();
+        assert_eq!(
+            acquire(&mut s, 2, 1_006_000).unwrap_err().0,
+            ErrorKind::Locked
+        );
+    }
+    // Node 1 started again as run 5: its run 0 is dead, and its lock free to take
+    // at once, unsettled (the next holder repairs first).
+    s.apply(
+        &Command::ForgetRun {
+            node: NodeId(1),
+            incarnation: 5,
+        },
+        1_006,
+    )
+    .unwrap();
+    let l2 = lock_of(acquire(&mut s, 2, 1_006_001));
+    assert_eq!((l2.owner, l2.generation), (NodeId(2), l.generation + 1));
+    assert!(s.settled.get(&l.vdi).copied().unwrap_or(0) < l.generation);
+    // A node the cluster does not have is refused.
+    let e = s
+        .apply(
+            &Command::ForgetRun {
+                node: NodeId(42),
+                incarnation: 1,
+            },
+            1_006,
+        )
+        .unwrap_err();
+    assert_eq!(e.0, ErrorKind::NotFound);
+}
