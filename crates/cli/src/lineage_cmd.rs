@@ -170,9 +170,11 @@ pub async fn delete_flattening(name: &str, ctx: &Ctx) -> Result<Vec<String>> {
         .iter()
         .find(|v| v.name == name)
         .ok_or_else(|| anyhow!("No VDI named '{name}'"))?;
+    // Deleted snapshots kept for their own readers are not flattened: they go
+    // with them.
     let children: Vec<String> = vdis
         .iter()
-        .filter(|v| v.parent == Some(me.id))
+        .filter(|v| v.parent == Some(me.id) && !drove_types::is_kept(&v.name))
         .map(|v| v.name.clone())
         .collect();
     for c in &children {
@@ -250,7 +252,9 @@ pub async fn tree(ctx: &Ctx) -> Result<()> {
 }
 
 fn print_node(by_name: &BTreeMap<&str, &TreeRow>, r: &TreeRow, first: &str, rest: &str) {
-    let kind = if r.info.snapshot {
+    let kind = if drove_types::is_kept(&r.info.name) {
+        "deleted snapshot, kept for what reads from it"
+    } else if r.info.snapshot {
         "snapshot"
     } else if r.info.ephemeral {
         "ephemeral"
@@ -259,7 +263,7 @@ fn print_node(by_name: &BTreeMap<&str, &TreeRow>, r: &TreeRow, first: &str, rest
     };
     println!(
         "{first}{}  [{kind}]  size {}  own data {} on disk ({} objects over {} copies)",
-        r.info.name,
+        drove_types::kept_original(&r.info.name).unwrap_or(&r.info.name),
         format_size(r.info.size),
         format_size(r.bytes_on_disk),
         r.objects,

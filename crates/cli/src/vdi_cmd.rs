@@ -63,8 +63,10 @@ pub enum VdiCmd {
         name: String,
     },
     /// Delete a VDI and its data. Refused while clients have it open (they are
-    /// named), unless --force; a snapshot that clones still read from is refused,
-    /// naming them, unless --flatten copies its data into them first.
+    /// named), unless --force. A snapshot that other VDIs still read from (the disk
+    /// it was taken of, clones) is deleted without copying: its name goes at once and
+    /// its blocks stay for them until nothing reads them; --flatten copies its data
+    /// into them first instead, freeing the blocks at once.
     Delete {
         /// Name.
         name: String,
@@ -208,13 +210,16 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         }
         VdiCmd::List { filter } => {
             let all: Vec<VdiInfo> = ctx.get_consistent("/api/vdis").await?;
-            let vdis = match &filter {
+            // Deleted snapshots kept for the VDIs that read from them are no VDIs
+            // of the user's: `vdi tree` shows them under their old names.
+            let named = all.iter().filter(|v| !drove_types::is_kept(&v.name));
+            let vdis: Vec<VdiInfo> = match &filter {
                 Some(f) => {
                     let p = glob::Pattern::new(f)
                         .map_err(|e| anyhow::anyhow!("Bad --filter '{f}': {e}"))?;
-                    all.iter().filter(|v| p.matches(&v.name)).cloned().collect()
+                    named.filter(|v| p.matches(&v.name)).cloned().collect()
                 }
-                None => all.clone(),
+                None => named.cloned().collect(),
             };
             if ctx.json {
                 return print_json(&vdis);
@@ -229,7 +234,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let name_of = |id| {
                 all.iter()
                     .find(|p| p.id == id)
-                    .map_or_else(|| "?".to_string(), |p| p.name.clone())
+                    .map_or_else(|| "?".to_string(), |p| shown_name(&p.name))
             };
             let rows: Vec<Vec<String>> = vdis
                 .iter()
@@ -288,11 +293,16 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             };
             let path = format!("/api/vdis/{}?force={force}", encode(&name));
             let v: serde_json::Value = ctx.delete(&path).await?;
+            let kept_for: Vec<String> = v["kept_for"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .unwrap_or_default();
             if ctx.json {
                 return print_json(&serde_json::json!({
                     "deleted": v["deleted"],
                     "flattened": flattened,
                     "not_yet_applied": v["not_yet_applied"],
+                    "kept_for": kept_for,
                 }));
             }
             let lagging = v["not_yet_applied"].as_array().cloned().unwrap_or_default();
@@ -307,7 +317,17 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             if !flattened.is_empty() {
                 println!("Flattened {}", flattened.join(", "));
             }
-            println!("Deleted VDI '{name}'");
+            if kept_for.is_empty() {
+                println!("Deleted VDI '{name}'");
+            } else {
+                println!(
+                    "Deleted snapshot '{name}': its blocks stay for {} that read from them, \
+                     and are freed once nothing does (drove vdi delete {name} --flatten would \
+                     have copied them into {} instead)",
+                    kept_for.join(", "),
+                    if kept_for.len() == 1 { "it" } else { "them" }
+                );
+            }
             Ok(())
         }
         VdiCmd::Snapshot(a) => crate::lineage_cmd::snapshot(a, ctx).await,
@@ -435,4 +455,13 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
         None => println!("written by:  nobody (no write lock held)"),
     }
     Ok(())
+}
+
+/// How a VDI's name is shown: a deleted snapshot kept for its readers by the name
+/// it had.
+pub(crate) fn shown_name(name: &str) -> String {
+    match drove_types::kept_original(name) {
+        Some(n) => format!("{n} (deleted)"),
+        None => name.to_string(),
+    }
 }

@@ -6,24 +6,6 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-fn object_files(data: &Path) -> usize {
-    fn walk(p: &Path, n: &mut usize) {
-        if let Ok(rd) = std::fs::read_dir(p) {
-            for e in rd.flatten() {
-                let path = e.path();
-                if path.is_dir() {
-                    walk(&path, n);
-                } else if !path.to_string_lossy().ends_with(".crc") {
-                    *n += 1;
-                }
-            }
-        }
-    }
-    let mut n = 0;
-    walk(&data.join("store").join("objects"), &mut n);
-    n
-}
-
 #[test]
 fn test_four_nodes_have_three_voters_and_a_learner_and_delete_frees_objects() {
     if !require(&["qemu-io"]) {

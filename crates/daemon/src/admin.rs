@@ -251,6 +251,8 @@ fn find_vdi(a: &Admin, name: &str) -> Result<VdiInfo, Error> {
         .state()
         .vdis
         .get(name)
+        // A deleted snapshot kept for its readers has no name a user may use.
+        .filter(|_| !drove_types::is_kept(name))
         .cloned()
         .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))
 }
@@ -497,7 +499,12 @@ async fn delete_vdi(
             })
             .await
         {
-            Ok(_) => {
+            Ok(reply) => {
+                // A snapshot others read from: its name went, its blocks stay.
+                let kept_for = match reply {
+                    drove_meta::Reply::Kept(readers) => readers,
+                    _ => Vec::new(),
+                };
                 let lagging = match id {
                     Some(id) => crate::clients::await_dropped(&a, &name, id).await,
                     None => Vec::new(),
@@ -508,7 +515,7 @@ async fn delete_vdi(
                     );
                 }
                 return Ok(Json(
-                    serde_json::json!({ "deleted": name, "not_yet_applied": lagging }),
+                    serde_json::json!({ "deleted": name, "not_yet_applied": lagging, "kept_for": kept_for }),
                 ));
             }
             Err(e) if e.kind() == ErrorKind::Locked && std::time::Instant::now() < deadline => {

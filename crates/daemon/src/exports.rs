@@ -234,6 +234,7 @@ impl VdiExports {
         let info = state
             .vdis
             .get(name)
+            .filter(|_| !drove_types::is_kept(name))
             .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
             .clone();
         Ok((state, info))
@@ -291,7 +292,7 @@ impl Exports for VdiExports {
         Ok(state
             .vdis
             .values()
-            .filter(|v| may_attach(v, &client.credential))
+            .filter(|v| !drove_types::is_kept(&v.name) && may_attach(v, &client.credential))
             .map(|v| {
                 let desc = format!("{} copies={} {}", format_size(v.size), v.copies, v.mode);
                 (v.name.clone(), desc)

@@ -673,6 +673,10 @@ pub enum Reply {
     NodeId(NodeId),
     /// The VDI record after the command.
     Vdi(VdiInfo),
+    // Variants are told apart by name in JSON: new ones may go anywhere.
+    /// A snapshot was deleted while these VDIs read from it: its name is gone, its
+    /// blocks are kept for them (see `state/delete.rs`).
+    Kept(Vec<String>),
     /// The lock after the command.
     Lock(VdiLock),
     /// The outcome of each command of a [`Command::Batch`], in order.
@@ -790,20 +794,7 @@ impl MetaState {
                 let shape = (*size, *object_size, *copies, *mode);
                 self.create_vdi(name, shape, *created, home, lag)
             }
-            Command::DeleteVdi { name, force } => {
-                let Some(vdi) = self.vdis.get(name) else {
-                    return Err(no_vdi(name));
-                };
-                let id = vdi.id;
-                self.refuse_if_parent(name, id)?;
-                if !force {
-                    self.refuse_if_written(name, id, now)?;
-                }
-                Arc::make_mut(&mut self.vdis).remove(name);
-                self.locks.remove(&id);
-                self.broken.remove(&id);
-                Ok(Reply::Done)
-            }
+            Command::DeleteVdi { name, force } => self.delete_vdi(name, *force, now),
             Command::ResizeVdi { name, size } => {
                 let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
                     return Err(no_vdi(name));
@@ -1059,7 +1050,7 @@ impl MetaState {
     }
 
     /// `Locked` while a writer's lease on VDI `id` runs at `now` (seconds).
-    fn refuse_if_written(
+    pub(super) fn refuse_if_written(
         &self,
         name: &str,
         id: VdiId,
@@ -1079,7 +1070,7 @@ impl MetaState {
 
     fn rename_vdi(&mut self, name: &str, to: &str, now: u64) -> ApplyResult {
         validate_name(to).map_err(|e| invalid(e.message().to_string()))?;
-        let Some(vdi) = self.vdis.get(name) else {
+        let Some(vdi) = self.vdis.get(name).filter(|_| !drove_types::is_kept(name)) else {
             return Err(no_vdi(name));
         };
         if name == to {
@@ -1421,6 +1412,7 @@ fn check_copies(copies: u8) -> Result<(), (ErrorKind, String)> {
     Ok(())
 }
 
+mod delete;
 mod home;
 pub(crate) mod lease;
 mod lineage;

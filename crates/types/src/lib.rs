@@ -16,9 +16,9 @@ pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
 pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use size::{format_size, parse_size};
 pub use vdi::{
-    validate_client_names, validate_max_lag, validate_name, PastHome, ReplicationMode, VdiInfo,
+    is_kept, kept_name, kept_original, validate_client_names, validate_max_lag, validate_name, PastHome, ReplicationMode, VdiInfo,
     WritePolicy, DEFAULT_MAX_LAG_BYTES, DEFAULT_MAX_LAG_MS, DEFAULT_OBJECT_SIZE, MAX_CLIENT_NAME,
-    MAX_COPIES, MAX_NBD_CLIENTS, MAX_PAST_HOMES,
+    KEPT_PREFIX, MAX_COPIES, MAX_NBD_CLIENTS, MAX_PAST_HOMES,
 };
 
 /// Size of a checksummed block inside an object, in bytes.

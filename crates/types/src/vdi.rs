@@ -272,6 +272,28 @@ impl VdiInfo {
     }
 }
 
+/// What the name of a deleted snapshot that other VDIs still read from starts with:
+/// its record is kept (under [`kept_name`]) for them, and its name is free again.
+/// No VDI name a user gives can start with it ([`validate_name`] refuses a leading
+/// `.`).
+pub const KEPT_PREFIX: &str = ".deleted-";
+
+/// The table key of deleted snapshot `name` (id `id`), kept for the VDIs that read
+/// from it.
+pub fn kept_name(id: VdiId, name: &str) -> String {
+    format!("{KEPT_PREFIX}{}-{name}", id.0)
+}
+
+/// Whether `name` is the key of a deleted snapshot kept for its readers.
+pub fn is_kept(name: &str) -> bool {
+    name.starts_with(KEPT_PREFIX)
+}
+
+/// The name a kept snapshot had (`golden` for `.deleted-5-golden`).
+pub fn kept_original(name: &str) -> Option<&str> {
+    name.strip_prefix(KEPT_PREFIX)?.split_once('-').map(|(_, n)| n)
+}
+
 /// Check a VDI name: 1..=128 characters of `[A-Za-z0-9._-]`, not starting with `.` or `-`.
 pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -286,5 +308,20 @@ pub fn validate_name(name: &str) -> Result<()> {
         Err(Error::invalid(format!(
             "Bad VDI name '{name}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_kept_name_is_no_name_a_user_can_give() {
+        let k = kept_name(VdiId(5), "golden");
+        assert_eq!(k, ".deleted-5-golden");
+        assert!(is_kept(&k) && validate_name(&k).is_err());
+        assert_eq!(kept_original(&k), Some("golden"));
+        assert_eq!(kept_original(&kept_name(VdiId(7), "a-b")), Some("a-b"));
+        assert!(!is_kept("golden") && kept_original("golden").is_none());
     }
 }

@@ -457,3 +457,22 @@ impl Drop for DownOnDrop {
             .output();
     }
 }
+
+/// Object data files (checksum files aside) under node data directory `data`.
+pub fn object_files(data: &Path) -> usize {
+    fn walk(p: &Path, n: &mut usize) {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    walk(&path, n);
+                } else if !path.to_string_lossy().ends_with(".crc") {
+                    *n += 1;
+                }
+            }
+        }
+    }
+    let mut n = 0;
+    walk(&data.join("store").join("objects"), &mut n);
+    n
+}

@@ -151,7 +151,12 @@ impl MetaState {
         ephemeral: bool,
         now: u64,
     ) -> ApplyResult {
-        let parent = self.vdis.get(snap).cloned().ok_or_else(|| no_vdi(snap))?;
+        let parent = self
+            .vdis
+            .get(snap)
+            .filter(|_| !drove_types::is_kept(snap))
+            .cloned()
+            .ok_or_else(|| no_vdi(snap))?;
         if !parent.snapshot {
             return Err(invalid(format!(
                 "'{snap}' is not a snapshot, and a clone must read from a frozen image: take one first (drove vdi snapshot {snap} SNAP), then clone SNAP"
@@ -202,7 +207,12 @@ impl MetaState {
 
     pub(super) fn rollback_vdi(&mut self, name: &str, snap: &str, now_ms: u64) -> ApplyResult {
         let old = self.vdis.get(name).cloned().ok_or_else(|| no_vdi(name))?;
-        let target = self.vdis.get(snap).cloned().ok_or_else(|| no_vdi(snap))?;
+        let target = self
+            .vdis
+            .get(snap)
+            .filter(|_| !drove_types::is_kept(snap))
+            .cloned()
+            .ok_or_else(|| no_vdi(snap))?;
         if old.snapshot {
             return Err(invalid(format!(
                 "'{name}' is a snapshot (read-only): roll back the VDI it was taken of"
@@ -228,6 +238,7 @@ impl MetaState {
         };
         self.locks.remove(&old.id);
         Arc::make_mut(&mut self.vdis).insert(name.to_string(), info.clone());
+        self.prune_kept(old.parent);
         Ok(Reply::Vdi(info))
     }
 
@@ -241,8 +252,10 @@ impl MetaState {
                 format!("VDI '{name}' changed (snapshot or rollback) while it was flattened; flatten it again"),
             ));
         }
-        vdi.parent = None;
-        Ok(Reply::Vdi(vdi.clone()))
+        let parent = vdi.parent.take();
+        let out = vdi.clone();
+        self.prune_kept(parent);
+        Ok(Reply::Vdi(out))
     }
 
     pub(super) fn delete_ephemeral(&mut self, name: &str, id: VdiId) -> ApplyResult {
@@ -252,8 +265,10 @@ impl MetaState {
         if vdi.id != id || !vdi.ephemeral || !self.children_of(id).is_empty() {
             return Ok(Reply::Done);
         }
+        let parent = vdi.parent;
         Arc::make_mut(&mut self.vdis).remove(name);
         self.locks.remove(&id);
+        self.prune_kept(parent);
         Ok(Reply::Done)
     }
 }

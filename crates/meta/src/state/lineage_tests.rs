@@ -114,55 +114,81 @@ fn test_clone_reads_from_a_snapshot_only() {
     );
 }
 
+fn del(s: &mut MetaState, n: &str) -> ApplyResult {
+    s.apply(
+        &Command::DeleteVdi {
+            name: n.into(),
+            force: false,
+        },
+        300,
+    )
+}
+
+fn flattened(s: &mut MetaState, n: &str) {
+    let id = s.vdis[n].id;
+    vdi(s.apply(
+        &Command::Flattened {
+            name: n.into(),
+            id,
+        },
+        300,
+    ));
+}
+
 #[test]
-fn test_delete_of_a_snapshot_with_clones_names_them() {
+fn test_a_snapshot_others_read_from_is_deleted_by_name_and_kept_for_them() {
     let mut s = state();
     vdi(snapshot(&mut s, "base", "gold", 1, 200_000));
     vdi(clone(&mut s, "gold", "c1"));
-    let del = |s: &mut MetaState, n: &str| {
-        s.apply(
-            &Command::DeleteVdi {
-                name: n.into(),
-                force: false,
-            },
-            300,
-        )
-    };
-    let (kind, msg) = del(&mut s, "gold").unwrap_err();
-    assert_eq!(kind, ErrorKind::Locked);
-    assert!(msg.contains("c1") && msg.contains("base"), "{msg}");
-    assert!(msg.contains("--flatten"), "{msg}");
-    let c1 = s.vdis["c1"].id;
-    let base = s.vdis["base"].id;
-    vdi(s.apply(
-        &Command::Flattened {
-            name: "c1".into(),
-            id: c1,
-        },
-        300,
-    ));
-    vdi(s.apply(
-        &Command::Flattened {
-            name: "base".into(),
-            id: base,
-        },
-        300,
-    ));
-    del(&mut s, "gold").unwrap();
-    assert!(s.vdis["c1"].parent.is_none());
-    // A stale id is refused (the VDI changed while it was flattened).
+    let gold = s.vdis["gold"].clone();
+    // The disk it was taken of and a clone read from it: the name goes at once
+    // (and may be taken again), the record stays for them, under a key no user
+    // can name.
     assert_eq!(
-        s.apply(
-            &Command::Flattened {
-                name: "c1".into(),
-                id: base
-            },
-            300
-        )
-        .unwrap_err()
-        .0,
-        ErrorKind::Unavailable
+        del(&mut s, "gold").unwrap(),
+        Reply::Kept(vec!["base".into(), "c1".into()])
     );
+    let key = drove_types::kept_name(gold.id, "gold");
+    assert!(!s.vdis.contains_key("gold"));
+    assert_eq!(s.vdis[&key].id, gold.id);
+    assert_eq!(s.ancestors(&s.vdis["c1"].clone())[0].id, gold.id);
+    assert_eq!(s.ancestors(&s.vdis["base"].clone())[0].id, gold.id);
+    vdi(snapshot(&mut s, "base", "gold", 1, 200_000));
+    // The kept record cannot be named: not deleted, renamed, cloned or rolled
+    // back to.
+    assert_eq!(del(&mut s, &key).unwrap_err().0, ErrorKind::NotFound);
+    let rename = Command::RenameVdi {
+        name: key.clone(),
+        to: "back".into(),
+    };
+    assert_eq!(s.apply(&rename, 300).unwrap_err().0, ErrorKind::NotFound);
+    assert_eq!(clone(&mut s, &key, "c2").unwrap_err().0, ErrorKind::NotFound);
+    // Once nothing reads from it any more (c1 flattened, base's line moved on to a
+    // newer snapshot that is flattened too), it goes, and its objects with it.
+    flattened(&mut s, "c1");
+    assert!(s.vdis.contains_key(&key), "base's new snapshot still reads from it");
+    flattened(&mut s, "gold");
+    assert!(!s.vdis.contains_key(&key), "kept with nothing reading from it");
+}
+
+#[test]
+fn test_a_chain_of_kept_snapshots_goes_when_its_last_reader_does() {
+    let mut s = state();
+    vdi(snapshot(&mut s, "base", "mon", 1, 200_000));
+    vdi(snapshot(&mut s, "base", "tue", 1, 201_000));
+    assert_eq!(
+        del(&mut s, "mon").unwrap(),
+        Reply::Kept(vec!["tue".into()]),
+        "tue reads from mon"
+    );
+    assert_eq!(
+        del(&mut s, "tue").unwrap(),
+        Reply::Kept(vec!["base".into()])
+    );
+    assert_eq!(s.vdis.len(), 3, "base and the two kept snapshots");
+    // Deleting the disk drops the whole chain kept for it.
+    del(&mut s, "base").unwrap();
+    assert!(s.vdis.is_empty(), "{:?}", s.vdis.keys().collect::<Vec<_>>());
 }
 
 #[test]
