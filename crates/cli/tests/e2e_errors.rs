@@ -260,3 +260,44 @@ fn test_the_admin_api_serves_no_internal_route() {
     assert_eq!(v["lock_generation"], 0, "{v}");
     assert_eq!(v["lock"], serde_json::Value::Null, "{v}");
 }
+
+/// A request id names one change: sent again with the same command it answers with
+/// the first outcome, but with another command (a user reusing `--request-id`) it
+/// is refused, where it once answered for the first command: `vdi create rq2`
+/// printed rq1 and created nothing, `vdi delete pat` printed "Deleted" and left pat.
+#[test]
+fn test_a_request_id_reused_for_another_command_is_refused() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("pat", "1M", &[]);
+    let id = "00000000000000000000000000000001";
+    let o = c.drove(0, &["--request-id", id, "vdi", "create", "rq1", "1M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The same command again: its first outcome, nothing more.
+    let o = c.drove(
+        0,
+        &["--request-id", id, "vdi", "create", "rq1", "1M", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["name"], "rq1", "{v}");
+    for args in [
+        &["vdi", "create", "rq2", "1M"][..],
+        &["vdi", "delete", "pat"][..],
+    ] {
+        let mut with_id = vec!["--request-id", id, "--json"];
+        with_id.extend_from_slice(args);
+        let o = c.drove(0, &with_id);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", text(&o)));
+        assert_eq!(v["error"]["kind"], "invalid", "{args:?}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("request id was used before for another command"),
+            "{msg}"
+        );
+    }
+    let mut names = c.vdi_names();
+    names.sort();
+    assert_eq!(names, ["pat", "rq1"]);
+}
