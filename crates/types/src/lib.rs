@@ -7,12 +7,14 @@
 mod error;
 mod ids;
 pub mod local_cluster;
+mod log_target;
 mod map;
 mod size;
 mod vdi;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
+pub use log_target::CONNECTION_LOG;
 pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use size::{format_size, parse_size};
 pub use vdi::{
