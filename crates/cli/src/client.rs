@@ -153,8 +153,6 @@ pub struct Ctx {
     cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
-    /// The token sent, kept to build the client again ([`Ctx::with_ca`]).
-    token: Option<String>,
     /// HTTPS trusting the cluster's CA (`DROVE_CA`); `None`: plain HTTP.
     tls: Option<Arc<rustls::ClientConfig>>,
     /// Why the admin API token or the CA could not be read (a bad DROVE_TOKEN_FILE
@@ -192,7 +190,6 @@ impl Ctx {
             cluster,
             json,
             http,
-            token,
             tls,
             token_error,
             request: request.unwrap_or_else(|| ClientRequestId {
@@ -203,29 +200,17 @@ impl Ctx {
         }
     }
 
-    /// The same context sending admin API token `token` (`drove up --auth`).
-    pub fn with_token(&self, token: &str) -> Result<Ctx> {
-        self.rebuilt(Some(token.to_string()), self.tls.clone())
-    }
-
-    /// The same context speaking HTTPS with the CA (and client certificate) of
-    /// directory `dir` (`drove up`'s DIR/tls), or plain HTTP without one (whatever
-    /// DROVE_CA says).
-    pub fn with_ca(&self, dir: Option<&Path>) -> Result<Ctx> {
-        let tls = admin_tls(dir).map_err(|e| anyhow!("{e}"))?;
-        self.rebuilt(self.token.clone(), tls)
-    }
-
-    fn rebuilt(
-        &self,
-        token: Option<String>,
-        tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> Result<Ctx> {
+    /// The same context with a cluster's own credentials instead of the ones the
+    /// environment gives (`DROVE_CA`, `DROVE_TOKEN`, `DROVE_TOKEN_FILE`, which may
+    /// be another cluster's): admin API token `token`, and HTTPS with the CA (and
+    /// client certificate) of directory `ca_dir`, or plain HTTP without one. For a
+    /// command that runs its own cluster (`drove up` with its DIR/tls and token).
+    pub fn for_own_cluster(&self, token: Option<String>, ca_dir: Option<&Path>) -> Result<Ctx> {
+        let tls = admin_tls(ca_dir).map_err(|e| anyhow!("{e}"))?;
         Ok(Ctx {
             cluster: self.cluster.clone(),
             json: self.json,
             http: http_client(token.as_deref(), tls.as_ref()).map_err(|e| anyhow!("{e}"))?,
-            token,
             tls,
             token_error: None,
             request: self.request,

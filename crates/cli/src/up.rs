@@ -399,16 +399,16 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             (nodes, tls)
         }
     };
-    // With a token, every call `drove up` makes carries it.
-    let with_token = match nodes.first().and_then(|n| n.admin_token_file.as_deref()) {
-        Some(f) => Some(ctx.with_token(&crate::client::read_token_file(Path::new(f))?)?),
+    // The calls `drove up` makes carry this cluster's credentials, never the ones
+    // of the environment (another cluster's): its token, if it has one; with
+    // certificates HTTPS only, with the CA and client certificate it wrote;
+    // without, plain HTTP.
+    let token = match nodes.first().and_then(|n| n.admin_token_file.as_deref()) {
+        Some(f) => Some(crate::client::read_token_file(Path::new(f))?),
         None => None,
     };
-    let ctx = with_token.as_ref().unwrap_or(ctx);
-    // With certificates the admin APIs speak HTTPS only: `drove up` uses the CA and
-    // the client certificate it wrote; without, plain HTTP (whatever DROVE_CA says).
-    let with_ca = ctx.with_ca(tls.as_ref().map(|t| Path::new(&t.dir)))?;
-    let ctx = &with_ca;
+    let own = ctx.for_own_cluster(token, tls.as_ref().map(|t| Path::new(&t.dir)))?;
+    let ctx = &own;
     // Nodes started so far; killed if start-up fails part-way, since no
     // cluster.json exists yet for `drove down` to find them.
     let mut children = Started(Vec::new());
