@@ -52,7 +52,8 @@ pub struct Common {
     /// The CA directory (ca-cert.pem, ca-key.pem).
     #[arg(long, value_name = "DIR")]
     ca: PathBuf,
-    /// The certificate's name (its CN): letters, digits, - _ . @.
+    /// The certificate's name (its CN): 1 to 64 letters, digits, - _ . @; it has the
+    /// role of the admin API token of the same name (`drove token create NAME`).
     #[arg(long)]
     name: String,
     /// Directory to write to (made with mode 0700 if new).

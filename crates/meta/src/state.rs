@@ -574,7 +574,7 @@ pub enum Command {
     /// SHA-256 (lowercase hex) of a secret no other token has. At most
     /// [`tokens::MAX_TOKENS`].
     AddToken {
-        /// Token name (1 to 64 of `[A-Za-z0-9._-]`).
+        /// Token name (1 to 64 of `[A-Za-z0-9._@-]`, as a client certificate's name).
         name: String,
         /// What it may do.
         role: Role,

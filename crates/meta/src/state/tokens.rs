@@ -46,12 +46,19 @@ pub const MAX_TOKENS: usize = 1000;
 /// Longest token name.
 pub const MAX_TOKEN_NAME: usize = 64;
 
-/// Why `name` cannot name a token, if it cannot.
+/// Why `name` cannot name a token, if it cannot. The rule is the one for the
+/// names of client certificates (`drove cert client --name`: 1 to 64 letters,
+/// digits, `-`, `_`, `.` or `@`), since a client certificate has the role of the
+/// token of its name: a certificate of a person is usually named by an address
+/// (`alice@example.com`), and a token could not be named so. `@` is safe where
+/// the name goes: a path segment of the admin API (`/api/tokens/NAME`), JSON and
+/// messages.
 pub fn check_token_name(name: &str) -> Result<(), String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@');
     if name.is_empty() || name.len() > MAX_TOKEN_NAME || !name.chars().all(ok_char) {
         return Err(format!(
-            "Bad token name '{}': use 1 to {MAX_TOKEN_NAME} letters, digits, '-', '_' or '.'",
+            "Bad token name '{}': use 1 to {MAX_TOKEN_NAME} letters, digits, '-', '_', '.' or '@' \
+             (as the name of the client certificate it gives a role)",
             name.escape_debug()
         ));
     }
