@@ -39,8 +39,8 @@ pub enum CertCmd {
     },
     /// Issue a client certificate: OUT/ca-cert.pem, OUT/client-cert.pem and
     /// OUT/client-key.pem, the directory QEMU's
-    /// `--object tls-creds-x509,id=tls0,endpoint=client,dir=OUT` and nbdinfo's
-    /// `--tls-certificates=OUT` (or `nbds://...?tls-certificates=OUT`) read.
+    /// `--object tls-creds-x509,id=tls0,endpoint=client,dir=OUT` and libnbd's
+    /// `nbds://HOST:PORT/VDI?tls-certificates=OUT` (nbdinfo, nbdcopy) read.
     Client {
         #[command(flatten)]
         common: Common,

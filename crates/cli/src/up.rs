@@ -425,11 +425,13 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
     } else {
         print_table(&file);
         if let Some(t) = &file.tls {
+            // The certificates go in the URI: libnbd 1.14's nbdinfo (Debian 12)
+            // has no --tls-certificates option.
             println!(
                 "\nNBD over TCP needs TLS and a client certificate, for example:\n  \
-                 nbdinfo --tls-certificates={} {}/VDI",
-                t.dir,
-                file.nodes[0].nbd_tcp.replacen("nbd://", "nbds://", 1)
+                 nbdinfo '{}/VDI?tls-certificates={}'",
+                nbd_tcp_uri(&file, &file.nodes[0]),
+                t.dir
             );
             println!(
                 "  qemu: --object tls-creds-x509,id=tls0,endpoint=client,dir={}",
@@ -548,6 +550,15 @@ async fn wait_for_stop() {
     }
 }
 
+/// Node `n`'s NBD TCP port as a URI: `nbds://` when the cluster has certificates
+/// (its ports then require TLS, as `vdi info` says), else `nbd://`.
+fn nbd_tcp_uri(f: &ClusterFile, n: &NodeEntry) -> String {
+    match f.tls {
+        Some(_) => n.nbd_tcp.replacen("nbd://", "nbds://", 1),
+        None => n.nbd_tcp.clone(),
+    }
+}
+
 fn print_table(f: &ClusterFile) {
     let rows: Vec<Vec<String>> = f
         .nodes
@@ -557,7 +568,7 @@ fn print_table(f: &ClusterFile) {
                 n.id.to_string(),
                 n.zone.clone(),
                 n.admin.clone(),
-                n.nbd_tcp.clone(),
+                nbd_tcp_uri(f, n),
                 n.nbd_unix.clone(),
                 n.pid.to_string(),
             ]
