@@ -9,7 +9,7 @@ use crate::table;
 
 #[derive(Subcommand)]
 pub enum VdiCmd {
-    /// Create a VDI; SIZE takes K/M/G/T suffixes (e.g. 10G).
+    /// Create a VDI; SIZE takes K/M/G/T/P suffixes (e.g. 10G; at most 1P).
     Create {
         /// Name; also the NBD export name.
         name: String,

@@ -301,3 +301,32 @@ fn test_a_request_id_reused_for_another_command_is_refused() {
     names.sort();
     assert_eq!(names, ["pat", "rq1"]);
 }
+
+/// The `--json` error of `drove ARGS` on node 1: its kind and message.
+fn json_error(c: &Cluster, args: &[&str]) -> (String, String) {
+    let mut with = vec!["--json"];
+    with.extend_from_slice(args);
+    let o = c.drove(0, &with);
+    assert!(!o.status.success(), "{args:?} succeeded: {}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", text(&o)));
+    let kind = v["error"]["kind"].as_str().unwrap_or_default().to_string();
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (kind, msg)
+}
+
+/// `1P` is a size (the limit message names it: "larger than the 1P limit").
+#[test]
+fn test_a_size_in_pebibytes_is_taken_up_to_the_limit() {
+    let c = Cluster::start(1, 1);
+    let o = c.drove(0, &["vdi", "create", "huge", "1P", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["size"].as_u64(), Some(1 << 50), "{v}");
+    let (kind, msg) = json_error(&c, &["vdi", "create", "huger", "1.5P"]);
+    assert_eq!(kind, "invalid");
+    assert!(msg.contains("larger than the 1P limit"), "{msg}");
+}
