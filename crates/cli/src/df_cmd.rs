@@ -284,7 +284,7 @@ pub async fn vdi_du(ctx: &Ctx, name: Option<&str>) -> Result<()> {
         None => vdis.iter().collect(),
         Some(n) => {
             let Some(v) = vdis.iter().find(|v| v.name == n) else {
-                bail!("No VDI named '{n}'");
+                bail!("No VDI named '{n}'", n = drove_types::shown(n));
             };
             // NAME, then its parents up the chain.
             crate::diff_format::chain(&vdis, v)

@@ -169,7 +169,7 @@ pub async fn delete_flattening(name: &str, ctx: &Ctx) -> Result<Vec<String>> {
     let me = vdis
         .iter()
         .find(|v| v.name == name)
-        .ok_or_else(|| anyhow!("No VDI named '{name}'"))?;
+        .ok_or_else(|| anyhow!("No VDI named '{name}'", name = drove_types::shown(name)))?;
     let children: Vec<String> = vdis
         .iter()
         .filter(|v| v.parent == Some(me.id))

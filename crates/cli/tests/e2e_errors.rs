@@ -330,3 +330,41 @@ fn test_a_size_in_pebibytes_is_taken_up_to_the_limit() {
     assert_eq!(kind, "invalid");
     assert!(msg.contains("larger than the 1P limit"), "{msg}");
 }
+
+/// Names in error messages come out with control characters escaped and cut after
+/// 64 characters, whoever refuses them (the node, the metadata, the CLI); once
+/// they were echoed raw (a terminal ran the escape sequences) and whole.
+#[test]
+fn test_names_in_errors_are_escaped_and_cut() {
+    let c = Cluster::start(1, 1);
+    let red = "\u{1b}[31mred";
+    let long = "x".repeat(300);
+    for args in [
+        vec!["vdi", "info", red],
+        vec!["vdi", "create", red, "1M"],
+        vec!["vdi", "delete", red],
+        vec!["vdi", "du", red],
+        vec!["token", "delete", red],
+    ] {
+        let o = c.drove(0, &args);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(!t.contains('\u{1b}'), "{args:?} echoed the escape: {t:?}");
+        assert!(t.contains("\\u{1b}[31mred"), "{args:?}: {t:?}");
+    }
+    for args in [
+        vec!["vdi", "info", &long],
+        vec!["vdi", "create", &long, "1M"],
+        vec!["vdi", "du", &long],
+    ] {
+        let o = c.drove(0, &args);
+        assert!(!o.status.success());
+        let t = text(&o);
+        assert!(
+            !t.contains(&"x".repeat(65)),
+            "{:?}: the whole name: {t}",
+            &args[..2]
+        );
+        assert!(t.contains(&format!("{}…", "x".repeat(64))), "{t}");
+    }
+}

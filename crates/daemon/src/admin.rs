@@ -245,12 +245,12 @@ async fn vdi_info(
 
 /// The VDI record named `name`, as this node's metadata has it.
 fn find_vdi(a: &Admin, name: &str) -> Result<VdiInfo, Error> {
-    a.meta
-        .state()
-        .vdis
-        .get(name)
-        .cloned()
-        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))
+    a.meta.state().vdis.get(name).cloned().ok_or_else(|| {
+        Error::not_found(format!(
+            "No VDI named '{name}'",
+            name = drove_types::shown(name)
+        ))
+    })
 }
 
 /// The VDI record a metadata command answered with.
@@ -397,7 +397,8 @@ async fn check_vdi(
                     ErrorKind::Locked,
                     format!(
                         "VDI '{name}' is being written through node {}: a repair would race its writes; detach it first",
-                        l.owner
+                        l.owner,
+                        name = drove_types::shown(&name)
                     ),
                 )
                 .into());

@@ -133,11 +133,14 @@ pub fn validate_client_names(names: &[String]) -> Result<()> {
             return Err(Error::invalid(format!(
                 "Bad client name '{}': 1 to {MAX_CLIENT_NAME} bytes without control \
                  characters (the common name of the client's certificate)",
-                n.escape_default()
+                crate::shown(n)
             )));
         }
         if !seen.insert(n) {
-            return Err(Error::invalid(format!("Client name '{n}' is given twice")));
+            return Err(Error::invalid(format!(
+                "Client name '{n}' is given twice",
+                n = crate::shown(n)
+            )));
         }
     }
     Ok(())
@@ -284,7 +287,8 @@ pub fn validate_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::invalid(format!(
-            "Bad VDI name '{name}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+            "Bad VDI name '{name}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+            name = crate::shown(name)
         )))
     }
 }

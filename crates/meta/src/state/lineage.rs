@@ -30,7 +30,10 @@ impl MetaState {
         if self.vdis.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("VDI '{name}' already exists"),
+                format!(
+                    "VDI '{name}' already exists",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         Ok(())
@@ -77,7 +80,8 @@ impl MetaState {
             ErrorKind::Locked,
             format!(
                 "VDI '{name}' has clones that read from it: {}. Delete them first, or flatten them (drove vdi delete {name} --flatten)",
-                children.join(", ")
+                children.join(", "),
+                name = drove_types::shown(name)
             ),
         ))
     }
@@ -101,14 +105,18 @@ impl MetaState {
         let old = self.vdis.get(name).cloned().ok_or_else(|| no_vdi(name))?;
         if old.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot already (read-only); clone it to get a disk: drove vdi clone {name} NEW"
+                "'{name}' is a snapshot already (read-only); clone it to get a disk: drove vdi clone {name} NEW",
+                name = drove_types::shown(name)
             )));
         }
         self.check_new_name(snap)?;
         if let Some(owner) = self.live_lock_of_other(old.id, Some(by), now_ms) {
             return Err((
                 ErrorKind::Locked,
-                format!("VDI '{name}' is being written through node {owner}: the snapshot must be taken there"),
+                format!(
+                    "VDI '{name}' is being written through node {owner}: the snapshot must be taken there",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         let id = self.take_vdi_id()?;
@@ -154,7 +162,8 @@ impl MetaState {
         let parent = self.vdis.get(snap).cloned().ok_or_else(|| no_vdi(snap))?;
         if !parent.snapshot {
             return Err(invalid(format!(
-                "'{snap}' is not a snapshot, and a clone must read from a frozen image: take one first (drove vdi snapshot {snap} SNAP), then clone SNAP"
+                "'{snap}' is not a snapshot, and a clone must read from a frozen image: take one first (drove vdi snapshot {snap} SNAP), then clone SNAP",
+                snap = drove_types::shown(snap)
             )));
         }
         self.check_new_name(name)?;
@@ -205,18 +214,24 @@ impl MetaState {
         let target = self.vdis.get(snap).cloned().ok_or_else(|| no_vdi(snap))?;
         if old.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot (read-only): roll back the VDI it was taken of"
+                "'{name}' is a snapshot (read-only): roll back the VDI it was taken of",
+                name = drove_types::shown(name)
             )));
         }
         if !self.ancestors(&old).iter().any(|a| a.id == target.id) {
             return Err(invalid(format!(
-                "'{snap}' is not a snapshot of '{name}' (see drove vdi tree)"
+                "'{snap}' is not a snapshot of '{name}' (see drove vdi tree)",
+                name = drove_types::shown(name),
+                snap = drove_types::shown(snap)
             )));
         }
         if let Some(owner) = self.live_lock_of_other(old.id, None, now_ms) {
             return Err((
                 ErrorKind::Locked,
-                format!("VDI '{name}' is in use (written through node {owner}); detach it first"),
+                format!(
+                    "VDI '{name}' is in use (written through node {owner}); detach it first",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         let id = self.take_vdi_id()?;
@@ -238,7 +253,10 @@ impl MetaState {
         if vdi.id != id {
             return Err((
                 ErrorKind::Unavailable,
-                format!("VDI '{name}' changed (snapshot or rollback) while it was flattened; flatten it again"),
+                format!(
+                    "VDI '{name}' changed (snapshot or rollback) while it was flattened; flatten it again",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         vdi.parent = None;

@@ -59,7 +59,7 @@ pub fn check_token_name(name: &str) -> Result<(), String> {
         return Err(format!(
             "Bad token name '{}': use 1 to {MAX_TOKEN_NAME} letters, digits, '-', '_', '.' or '@' \
              (as the name of the client certificate it gives a role)",
-            name.escape_debug()
+            drove_types::shown(name)
         ));
     }
     Ok(())
@@ -84,7 +84,10 @@ impl MetaState {
         if self.tokens.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("A token named '{name}' exists; delete it first"),
+                format!(
+                    "A token named '{name}' exists; delete it first",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         if self.tokens.values().any(|t| t.sha256 == sha256) {
@@ -110,7 +113,10 @@ impl MetaState {
     pub(super) fn remove_token(&mut self, name: &str) -> ApplyResult {
         match self.tokens.remove(name) {
             Some(_) => Ok(Reply::Done),
-            None => Err((ErrorKind::NotFound, format!("No token named '{name}'"))),
+            None => Err((
+                ErrorKind::NotFound,
+                format!("No token named '{name}'", name = drove_types::shown(name)),
+            )),
         }
     }
 
