@@ -69,7 +69,6 @@ pub struct Common {
 struct Written {
     kind: &'static str,
     name: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     hosts: Vec<String>,
     files: Vec<String>,
     /// Expiry, YYYY-MM-DD (UTC).

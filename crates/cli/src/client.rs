@@ -256,15 +256,21 @@ impl Ctx {
                         Ok(err) if err.error == "outcome_unknown" || unknown.is_some() => {
                             err.message
                         }
-                        Ok(err) => return Err(anyhow!("{}", err.message)),
+                        Ok(err) => {
+                            return Err(Refused {
+                                kind: err.error,
+                                message: err.message,
+                            }
+                            .into())
+                        }
                         Err(_) if unknown.is_some() => {
                             format!("{addr} answered 503: {}", String::from_utf8_lossy(&body))
                         }
                         Err(_) => {
-                            return Err(anyhow!(
+                            return Err(crate::fail::unavailable(format!(
                                 "{addr} answered 503: {}",
                                 String::from_utf8_lossy(&body)
-                            ))
+                            )))
                         }
                     }
                 }
@@ -301,16 +307,18 @@ impl Ctx {
     /// the token cannot be sent).
     fn cluster(&self) -> Result<&str> {
         if let Some(e) = &self.token_error {
-            return Err(anyhow!("{e}"));
+            return Err(crate::fail::invalid(e.clone()));
         }
         match &self.cluster {
-            Ok(c) if c.scheme == Some("https") && self.tls.is_none() => Err(anyhow!(
-                "{} asks for https: give the cluster's CA certificate with DROVE_CA=FILE \
-                 or --ca FILE (a cluster of `drove up`: its DIR/tls)",
-                c.given
-            )),
+            Ok(c) if c.scheme == Some("https") && self.tls.is_none() => {
+                Err(crate::fail::invalid(format!(
+                    "{} asks for https: give the cluster's CA certificate with DROVE_CA=FILE \
+                     or --ca FILE (a cluster of `drove up`: its DIR/tls)",
+                    c.given
+                )))
+            }
             Ok(c) => Ok(&c.authority),
-            Err(e) => Err(anyhow!("{e}")),
+            Err(e) => Err(crate::fail::invalid(e.clone())),
         }
     }
 
@@ -438,11 +446,11 @@ impl Ctx {
                 }
                 _ => "",
             };
-            anyhow!(
+            crate::fail::unavailable(format!(
                 "Cannot reach the cluster at {addr} ({}){how}: {}; is a drove node running there?",
                 self.origin(addr),
                 root_cause(&e)
-            )
+            ))
         })?;
         let status = resp.status();
         let body = resp

@@ -1,6 +1,6 @@
 //! `drove token create|list|delete`: tokens of the admin API, for clusters whose
 //! nodes run with `--admin-token-file` (`drove up --auth`).
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use clap::{Subcommand, ValueEnum};
 use drove_daemon::api::{check_token_name, Role, TokenCreate, TokenCreated, TokenInfo};
 
@@ -54,7 +54,7 @@ impl From<RoleArg> for Role {
 pub async fn run(cmd: TokenCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
         TokenCmd::Create { name, role } => {
-            check_token_name(&name).map_err(|e| anyhow!("{e}"))?;
+            check_token_name(&name).map_err(crate::fail::invalid)?;
             let body = TokenCreate {
                 name,
                 role: role.into(),
@@ -89,7 +89,7 @@ pub async fn run(cmd: TokenCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         TokenCmd::Delete { name } => {
-            check_token_name(&name).map_err(|e| anyhow!("{e}"))?;
+            check_token_name(&name).map_err(crate::fail::invalid)?;
             let v: serde_json::Value = ctx.delete(&format!("/api/tokens/{name}")).await?;
             if ctx.json {
                 return print_json(&v);

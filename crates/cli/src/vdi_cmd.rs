@@ -1,5 +1,5 @@
 //! `drove vdi ...`: the VDI table.
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use drove_daemon::api::{CreateVdi, Resize, VdiDetail};
 use drove_types::{format_size, parse_size, ReplicationMode, VdiInfo, MAX_COPIES};
@@ -156,7 +156,9 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let policy = policy.parse()?;
             if let Some(c) = copies {
                 if c == 0 || c > MAX_COPIES {
-                    bail!("Bad --copies {c}: use 1 to {MAX_COPIES}");
+                    return Err(crate::fail::invalid(format!(
+                        "Bad --copies {c}: use 1 to {MAX_COPIES}"
+                    )));
                 }
             }
             let mode: ReplicationMode = mode.parse()?;
@@ -211,7 +213,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let vdis = match &filter {
                 Some(f) => {
                     let p = glob::Pattern::new(f)
-                        .map_err(|e| anyhow::anyhow!("Bad --filter '{f}': {e}"))?;
+                        .map_err(|e| crate::fail::invalid(format!("Bad --filter '{f}': {e}")))?;
                     all.iter().filter(|v| p.matches(&v.name)).cloned().collect()
                 }
                 None => all.clone(),

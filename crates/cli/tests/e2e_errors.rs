@@ -368,3 +368,83 @@ fn test_names_in_errors_are_escaped_and_cut() {
         assert!(t.contains(&format!("{}…", "x".repeat(64))), "{t}");
     }
 }
+
+/// Under `--json`, errors the CLI finds itself have the kind the node would give
+/// (they once all said `error`); a snapshot with clones is refused as `invalid`
+/// (it said `locked`, which means another node writes the VDI).
+#[test]
+fn test_json_error_kinds_are_the_nodes_words() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("base", "1M", &[]);
+    assert_eq!(json_error(&c, &["vdi", "create", "a", "12Q"]).0, "invalid");
+    assert_eq!(
+        json_error(&c, &["vdi", "create", "a", "1M", "--copies", "0"]).0,
+        "invalid"
+    );
+    assert_eq!(json_error(&c, &["vdi", "du", "nope"]).0, "not_found");
+    let o =
+        run(Command::new(drove_bin()).args(["--json", "vdi", "list", "--cluster", "127.0.0.1:1"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "unavailable", "{v}");
+    let o = c.drove(0, &["vdi", "snapshot", "base", "golden"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = c.drove(0, &["vdi", "clone", "golden", "web1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (kind, msg) = json_error(&c, &["vdi", "delete", "golden"]);
+    assert_eq!(kind, "invalid", "{msg}");
+    assert!(msg.contains("has clones"), "{msg}");
+}
+
+/// VDI and node JSON keep every field: an unset optional value is `null`, an
+/// empty list `[]` (lists were left out when empty, beside `null`s).
+#[test]
+fn test_vdi_and_node_json_write_every_field() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("v", "1M", &[]);
+    let o = c.drove(0, &["vdi", "info", "v", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["home_zone"].is_null() && v.get("home_zone").is_some(),
+        "{v}"
+    );
+    assert_eq!(v.get("nbd_clients"), Some(&serde_json::json!([])), "{v}");
+    assert_eq!(v.get("past_homes"), Some(&serde_json::json!([])), "{v}");
+    let o = c.drove(0, &["vdi", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0].get("nbd_clients"), Some(&serde_json::json!([])), "{v}");
+}
+
+/// A request body the admin API cannot parse is answered in its JSON error shape
+/// (`{"error": "invalid", "message": ...}`), as every other refusal; it was axum's
+/// plain text.
+#[test]
+fn test_a_bad_request_body_gets_the_json_error_shape() {
+    let c = Cluster::start(1, 1);
+    let admin = &c.nodes[0].admin;
+    for (body, ctype) in [
+        ("{", "application/json"),
+        (r#"{"name": 5}"#, "application/json"),
+        (r#"{"name": "a", "size": 1048576}"#, "text/plain"),
+    ] {
+        let o = run(Command::new("curl").args([
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "POST",
+            "-H",
+            &format!("Content-Type: {ctype}"),
+            "--data-binary",
+            body,
+            &format!("http://{admin}/api/vdis"),
+        ]));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (json, code) = out.rsplit_once('\n').unwrap();
+        assert!(code.starts_with('4'), "{body}: {out}");
+        let v: serde_json::Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{body}: not JSON ({e}): {out}"));
+        assert_eq!(v["error"], "invalid", "{body}: {v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    }
+}

@@ -126,6 +126,8 @@ pub fn router(admin: Admin) -> Router {
         .merge(crate::wan::router())
         .merge(crate::auth::router())
         .layer(axum::middleware::from_fn(client_request))
+        // axum's own refusals (a body it cannot parse) in the JSON error shape.
+        .layer(axum::middleware::from_fn(crate::rejection::json_refusals))
         // Outermost: a request without the right token goes no further.
         .layer(axum::middleware::from_fn_with_state(
             admin.clone(),

@@ -201,14 +201,14 @@ pub struct VdiInfo {
     /// to another zone or a promotion moves the home at a new map epoch, and the
     /// objects are placed by the home of the map's epoch ([`VdiInfo::home_at`]), so
     /// recovery can tell who held what before the move.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub past_homes: Vec<PastHome>,
     /// The clients allowed to attach this VDI over NBD on TCP, by the common name
     /// of their certificate (`drove vdi access`); empty: any client the port lets
     /// in. A plaintext TCP client has no name and is refused when the list is not
     /// empty. The unix socket is not concerned: its file permissions decide. Its
     /// snapshots and clones start with the same list.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub nbd_clients: Vec<String>,
 }
 

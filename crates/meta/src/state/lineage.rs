@@ -66,7 +66,10 @@ impl MetaState {
         out
     }
 
-    /// Refuse to remove VDI `name` (id `id`) while clones read from it.
+    /// Refuse to remove VDI `name` (id `id`) while clones read from it: `Invalid`,
+    /// since what the request asks cannot be done while they do (`Locked` means
+    /// that another node writes the VDI, and the delete waited for that lock to
+    /// come free).
     pub(super) fn refuse_if_parent(
         &self,
         name: &str,
@@ -77,7 +80,7 @@ impl MetaState {
             return Ok(());
         }
         Err((
-            ErrorKind::Locked,
+            ErrorKind::Invalid,
             format!(
                 "VDI '{name}' has clones that read from it: {}. Delete them first, or flatten them (drove vdi delete {name} --flatten)",
                 children.join(", "),

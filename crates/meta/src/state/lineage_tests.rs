@@ -129,7 +129,7 @@ fn test_delete_of_a_snapshot_with_clones_names_them() {
         )
     };
     let (kind, msg) = del(&mut s, "gold").unwrap_err();
-    assert_eq!(kind, ErrorKind::Locked);
+    assert_eq!(kind, ErrorKind::Invalid);
     assert!(msg.contains("c1") && msg.contains("base"), "{msg}");
     assert!(msg.contains("--flatten"), "{msg}");
     let c1 = s.vdis["c1"].id;
