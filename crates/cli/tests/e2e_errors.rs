@@ -448,3 +448,35 @@ fn test_a_bad_request_body_gets_the_json_error_shape() {
         assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
     }
 }
+
+/// A qcow2 whose refcount table is corrupt: qemu-img converts it with "Image is
+/// corrupt" on stderr and exit 0; the import once hid that and succeeded. Now it
+/// is refused with qemu-img's words, and the VDI it made is deleted again.
+#[test]
+fn test_importing_a_qcow2_with_a_corrupt_refcount_table_is_refused() {
+    if !require(&["qemu-img", "qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(1, 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("bad.qcow2");
+    let img_s = img.to_str().unwrap();
+    let o = run(Command::new("qemu-img").args(["create", "-q", "-f", "qcow2", img_s, "8M"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(Command::new("qemu-io").args(["-f", "qcow2", "-c", "write -P 0x33 0 1M", img_s]));
+    assert!(o.status.success(), "{}", text(&o));
+    // The header's refcount_table_offset (bytes 48..56); its first entry, the
+    // offset of the first refcount block, made unaligned.
+    let mut b = std::fs::read(&img).unwrap();
+    let table = u64::from_be_bytes(b[48..56].try_into().unwrap()) as usize;
+    b[table..table + 8].copy_from_slice(&0x12345u64.to_be_bytes());
+    std::fs::write(&img, &b).unwrap();
+    let o = c.drove(0, &["vdi", "import", img_s, "bad"]);
+    assert!(
+        !o.status.success(),
+        "a corrupt image was imported: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("Image is corrupt"), "{}", text(&o));
+    assert!(!c.vdi_names().contains(&"bad".to_string()));
+}
