@@ -1,7 +1,8 @@
 //! `drove up` and `drove down`: a local cluster of N node processes on 127.0.0.1,
 //! for trying drove out and for tests. The layout is written to DIR/cluster.json so
 //! that `down`, tests and scripts can find every node, and so that `up` on the same
-//! DIR restarts the same nodes on the same ports with their data.
+//! DIR restarts the same nodes on the same ports with their data (those that are
+//! not running: a node that died comes back beside the others).
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::Status;
@@ -338,11 +339,11 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         .with_context(|| format!("Cannot create {}", a.dir.display()))?;
     let existing = read_file(&a.dir)?;
     if let Some(f) = &existing {
-        if let Some(n) = f.nodes.iter().find(|n| alive(n.pid)) {
+        if f.nodes.iter().all(|n| alive(n.pid)) {
             bail!(
-                "A cluster from {} is still running (pid {}); stop it with `drove down --dir {}`",
+                "The cluster of {} is running (all its {} nodes); stop it with `drove down --dir {}`",
                 a.dir.display(),
-                n.pid,
+                f.nodes.len(),
                 a.dir.display()
             );
         }
@@ -376,11 +377,20 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
                     a.dir.display()
                 );
             }
-            eprintln!(
-                "Restarting the {} nodes of {}",
-                f.nodes.len(),
-                a.dir.display()
-            );
+            let dead = f.nodes.iter().filter(|n| !alive(n.pid)).count();
+            if dead == f.nodes.len() {
+                eprintln!(
+                    "Restarting the {} nodes of {}",
+                    f.nodes.len(),
+                    a.dir.display()
+                );
+            } else {
+                eprintln!(
+                    "Starting the {dead} stopped node(s) of {}; the other {} run and are left be",
+                    a.dir.display(),
+                    f.nodes.len() - dead
+                );
+            }
             (f.nodes, f.tls)
         }
         None => {
@@ -477,15 +487,19 @@ async fn start_nodes(
     children: &mut Vec<Child>,
 ) -> Result<()> {
     if restart {
-        // Every node has its metadata; they must all run to elect a leader.
-        for n in nodes.iter() {
-            children.push(spawn(n, None)?);
-        }
+        // Every node has its metadata and its ports: the stopped ones start again
+        // on them (all at once, since after `drove down` they must all run to
+        // elect a leader); the ones still running are left be, so one killed node
+        // comes back without stopping the others.
         let count = nodes.len();
-        for (n, c) in nodes.iter_mut().zip(children.iter_mut()) {
-            let s = wait_ready(ctx, n, count, c).await?;
-            n.id = s.node_id.0;
-            n.pid = c.id();
+        let stopped: Vec<usize> = (0..count).filter(|&i| !alive(nodes[i].pid)).collect();
+        for &i in &stopped {
+            children.push(spawn(&nodes[i], None)?);
+        }
+        for (&i, c) in stopped.iter().zip(children.iter_mut()) {
+            let s = wait_ready(ctx, &nodes[i], count, c).await?;
+            nodes[i].id = s.node_id.0;
+            nodes[i].pid = c.id();
         }
     } else {
         let mut first_admin = nodes[0].admin.clone();

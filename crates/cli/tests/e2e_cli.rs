@@ -213,3 +213,55 @@ fn test_drove_up_prints_an_nbdinfo_command_that_works() {
     assert!(o.status.success(), "`{cmd}` failed: {}", text(&o));
     assert!(text(&o).contains("8388608"), "`{cmd}`: {}", text(&o));
 }
+
+/// `drove up` on a cluster whose nodes partly run starts the dead ones on their
+/// data and ports and leaves the others be; it once refused ("still running; stop
+/// it with drove down"), so a killed node could not come back without stopping all.
+#[test]
+fn test_drove_up_starts_the_dead_nodes_of_a_running_cluster() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("keep", "16M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("keep"),
+        &["write -P 0x6d 0 4M".into(), "flush".into()],
+    );
+    let before = c.nodes.clone();
+    c.kill(1);
+    let o = run(Command::new(drove_bin())
+        .args(["up", "--detach", "--dir"])
+        .arg(c.dir.path()));
+    assert!(o.status.success(), "{}", text(&o));
+    c.reload();
+    for (i, (was, now)) in before.iter().zip(&c.nodes).enumerate() {
+        assert_eq!(
+            (&was.admin, &was.nbd_tcp),
+            (&now.admin, &now.nbd_tcp),
+            "node {i}"
+        );
+        if i == 1 {
+            assert_ne!(was.pid, now.pid, "node 2 was not started again");
+            assert!(exists(now.pid), "node 2 is not running");
+        } else {
+            assert_eq!(was.pid, now.pid, "node {i} was restarted");
+        }
+    }
+    let s = c.status();
+    let nodes = s["map"]["nodes"].as_object().unwrap();
+    assert_eq!(nodes.len(), 3, "{s}");
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "node 2 to be up",
+        || {
+            let s = c.status();
+            s["map"]["nodes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(|n| n["state"] == "up")
+        },
+    );
+    qemu_io(&c.nodes[1].uri("keep"), &["read -P 0x6d 0 4M".into()]);
+}
