@@ -91,7 +91,7 @@ pub struct Measured {
     pub p50_ms: f64,
     pub p99_ms: f64,
     /// The first failure's message, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub first_error: Option<String>,
 }
 

@@ -39,8 +39,8 @@ pub enum CertCmd {
     },
     /// Issue a client certificate: OUT/ca-cert.pem, OUT/client-cert.pem and
     /// OUT/client-key.pem, the directory QEMU's
-    /// `--object tls-creds-x509,id=tls0,endpoint=client,dir=OUT` and nbdinfo's
-    /// `--tls-certificates=OUT` (or `nbds://...?tls-certificates=OUT`) read.
+    /// `--object tls-creds-x509,id=tls0,endpoint=client,dir=OUT` and libnbd's
+    /// `nbds://HOST:PORT/VDI?tls-certificates=OUT` (nbdinfo, nbdcopy) read.
     Client {
         #[command(flatten)]
         common: Common,
@@ -52,7 +52,8 @@ pub struct Common {
     /// The CA directory (ca-cert.pem, ca-key.pem).
     #[arg(long, value_name = "DIR")]
     ca: PathBuf,
-    /// The certificate's name (its CN): letters, digits, - _ . @.
+    /// The certificate's name (its CN): 1 to 64 letters, digits, - _ . @; it has the
+    /// role of the admin API token of the same name (`drove token create NAME`).
     #[arg(long)]
     name: String,
     /// Directory to write to (made with mode 0700 if new).
@@ -68,7 +69,6 @@ pub struct Common {
 struct Written {
     kind: &'static str,
     name: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     hosts: Vec<String>,
     files: Vec<String>,
     /// Expiry, YYYY-MM-DD (UTC).

@@ -153,8 +153,6 @@ pub struct Ctx {
     cluster: std::result::Result<ClusterAddr, String>,
     pub json: bool,
     http: reqwest::Client,
-    /// The token sent, kept to build the client again ([`Ctx::with_ca`]).
-    token: Option<String>,
     /// HTTPS trusting the cluster's CA (`DROVE_CA`); `None`: plain HTTP.
     tls: Option<Arc<rustls::ClientConfig>>,
     /// Why the admin API token or the CA could not be read (a bad DROVE_TOKEN_FILE
@@ -192,7 +190,6 @@ impl Ctx {
             cluster,
             json,
             http,
-            token,
             tls,
             token_error,
             request: request.unwrap_or_else(|| ClientRequestId {
@@ -203,29 +200,17 @@ impl Ctx {
         }
     }
 
-    /// The same context sending admin API token `token` (`drove up --auth`).
-    pub fn with_token(&self, token: &str) -> Result<Ctx> {
-        self.rebuilt(Some(token.to_string()), self.tls.clone())
-    }
-
-    /// The same context speaking HTTPS with the CA (and client certificate) of
-    /// directory `dir` (`drove up`'s DIR/tls), or plain HTTP without one (whatever
-    /// DROVE_CA says).
-    pub fn with_ca(&self, dir: Option<&Path>) -> Result<Ctx> {
-        let tls = admin_tls(dir).map_err(|e| anyhow!("{e}"))?;
-        self.rebuilt(self.token.clone(), tls)
-    }
-
-    fn rebuilt(
-        &self,
-        token: Option<String>,
-        tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> Result<Ctx> {
+    /// The same context with a cluster's own credentials instead of the ones the
+    /// environment gives (`DROVE_CA`, `DROVE_TOKEN`, `DROVE_TOKEN_FILE`, which may
+    /// be another cluster's): admin API token `token`, and HTTPS with the CA (and
+    /// client certificate) of directory `ca_dir`, or plain HTTP without one. For a
+    /// command that runs its own cluster (`drove up` with its DIR/tls and token).
+    pub fn for_own_cluster(&self, token: Option<String>, ca_dir: Option<&Path>) -> Result<Ctx> {
+        let tls = admin_tls(ca_dir).map_err(|e| anyhow!("{e}"))?;
         Ok(Ctx {
             cluster: self.cluster.clone(),
             json: self.json,
             http: http_client(token.as_deref(), tls.as_ref()).map_err(|e| anyhow!("{e}"))?,
-            token,
             tls,
             token_error: None,
             request: self.request,
@@ -271,15 +256,21 @@ impl Ctx {
                         Ok(err) if err.error == "outcome_unknown" || unknown.is_some() => {
                             err.message
                         }
-                        Ok(err) => return Err(anyhow!("{}", err.message)),
+                        Ok(err) => {
+                            return Err(Refused {
+                                kind: err.error,
+                                message: err.message,
+                            }
+                            .into())
+                        }
                         Err(_) if unknown.is_some() => {
                             format!("{addr} answered 503: {}", String::from_utf8_lossy(&body))
                         }
                         Err(_) => {
-                            return Err(anyhow!(
+                            return Err(crate::fail::unavailable(format!(
                                 "{addr} answered 503: {}",
                                 String::from_utf8_lossy(&body)
-                            ))
+                            )))
                         }
                     }
                 }
@@ -316,16 +307,18 @@ impl Ctx {
     /// the token cannot be sent).
     fn cluster(&self) -> Result<&str> {
         if let Some(e) = &self.token_error {
-            return Err(anyhow!("{e}"));
+            return Err(crate::fail::invalid(e.clone()));
         }
         match &self.cluster {
-            Ok(c) if c.scheme == Some("https") && self.tls.is_none() => Err(anyhow!(
-                "{} asks for https: give the cluster's CA certificate with DROVE_CA=FILE \
-                 or --ca FILE (a cluster of `drove up`: its DIR/tls)",
-                c.given
-            )),
+            Ok(c) if c.scheme == Some("https") && self.tls.is_none() => {
+                Err(crate::fail::invalid(format!(
+                    "{} asks for https: give the cluster's CA certificate with DROVE_CA=FILE \
+                     or --ca FILE (a cluster of `drove up`: its DIR/tls)",
+                    c.given
+                )))
+            }
             Ok(c) => Ok(&c.authority),
-            Err(e) => Err(anyhow!("{e}")),
+            Err(e) => Err(crate::fail::invalid(e.clone())),
         }
     }
 
@@ -453,11 +446,11 @@ impl Ctx {
                 }
                 _ => "",
             };
-            anyhow!(
+            crate::fail::unavailable(format!(
                 "Cannot reach the cluster at {addr} ({}){how}: {}; is a drove node running there?",
                 self.origin(addr),
                 root_cause(&e)
-            )
+            ))
         })?;
         let status = resp.status();
         let body = resp

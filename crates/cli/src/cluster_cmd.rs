@@ -161,14 +161,18 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
         } => {
             let hold_down_ms = match hold_down {
                 Some(secs) if !(0.0..=86400.0).contains(&secs) => {
-                    anyhow::bail!("Bad --hold-down {secs}: use 0 to 86400 seconds")
+                    return Err(crate::fail::invalid(format!(
+                        "Bad --hold-down {secs}: use 0 to 86400 seconds"
+                    )))
                 }
                 Some(secs) => Some((secs * 1000.0) as u64),
                 None => None,
             };
             let down_after_ms = match down_after {
                 Some(secs) if !(0.5..=3600.0).contains(&secs) => {
-                    anyhow::bail!("Bad --down-after {secs}: use 0.5 to 3600 seconds")
+                    return Err(crate::fail::invalid(format!(
+                        "Bad --down-after {secs}: use 0.5 to 3600 seconds"
+                    )))
                 }
                 Some(secs) => Some((secs * 1000.0) as u64),
                 None => None,

@@ -4,7 +4,7 @@
 //! snapshot, on all replicas and per copy). Every up node is asked for its store's
 //! use (`/api/usage`) and its disk (`/api/local/health`); a node that does not answer
 //! is shown as such, never counted as empty.
-use anyhow::{bail, Result};
+use anyhow::Result;
 use drove_daemon::api::{LocalHealth, Status, Usage};
 use drove_types::{format_size, NodeState, VdiId, VdiInfo};
 use serde::Serialize;
@@ -284,7 +284,10 @@ pub async fn vdi_du(ctx: &Ctx, name: Option<&str>) -> Result<()> {
         None => vdis.iter().collect(),
         Some(n) => {
             let Some(v) = vdis.iter().find(|v| v.name == n) else {
-                bail!("No VDI named '{n}'");
+                return Err(crate::fail::not_found(format!(
+                    "No VDI named '{}'",
+                    drove_types::shown(n)
+                )));
             };
             // NAME, then its parents up the chain.
             crate::diff_format::chain(&vdis, v)

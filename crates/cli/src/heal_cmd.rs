@@ -95,7 +95,9 @@ pub async fn set_min_copies(a: MinCopiesArgs, ctx: &Ctx) -> Result<()> {
         n => match n.parse::<u8>() {
             Ok(v) => Some(v),
             Err(_) => {
-                bail!("Bad min-copies '{n}': use a number from 1 to the VDI's copies, or 'default'")
+                return Err(crate::fail::invalid(format!(
+                    "Bad min-copies '{n}': use a number from 1 to the VDI's copies, or 'default'"
+                )))
             }
         },
     };

@@ -1,7 +1,7 @@
 //! `drove vdi snapshot | clone | rollback | flatten | tree`, and `delete --flatten`:
 //! a VDI's life cycle. Snapshots and clones are O(1) metadata changes; the data is
 //! shared copy-on-write (see `crates/volume/src/cow.rs`).
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use clap::Args;
 use drove_daemon::api::{self, Snapshotted, VdiDetail};
 use drove_types::{format_size, VdiId, VdiInfo};
@@ -166,10 +166,9 @@ pub async fn flatten(a: FlattenArgs, ctx: &Ctx) -> Result<()> {
 /// `vdi delete NAME --flatten`: flatten every clone of NAME, then delete it.
 pub async fn delete_flattening(name: &str, ctx: &Ctx) -> Result<Vec<String>> {
     let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
-    let me = vdis
-        .iter()
-        .find(|v| v.name == name)
-        .ok_or_else(|| anyhow!("No VDI named '{name}'"))?;
+    let me = vdis.iter().find(|v| v.name == name).ok_or_else(|| {
+        crate::fail::not_found(format!("No VDI named '{}'", drove_types::shown(name)))
+    })?;
     // Deleted snapshots kept for their own readers are not flattened: they go
     // with them.
     let children: Vec<String> = vdis

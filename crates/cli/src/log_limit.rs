@@ -4,8 +4,11 @@
 //! else in node.log and filled the disk. Per callsite (one `warn!` in the source), at
 //! most `burst` events pass in each window of `per`; the rest are counted, and once
 //! the window is over one line says how many were suppressed. Only events at
-//! `level` or more severe are limited: the node's own info lines (ready, joined,
-//! scrub done) are rare and each one matters.
+//! `level` or more severe are limited, and those of the `targets` named whatever
+//! their level: the node's own info lines (ready, joined, scrub done) are rare and
+//! each one matters, but a line any client causes once per connection
+//! ([`drove_types::CONNECTION_LOG`]: an NBD handshake timeout) is as many as a flood
+//! of connections makes.
 //!
 //! The summary of a window is written with the next event that reaches the layer
 //! after the window ended, from any callsite, before that event; a node that falls
@@ -33,8 +36,18 @@ pub struct Limit {
     pub burst: u32,
     /// The window.
     pub per: Duration,
-    /// Events at this level or more severe are limited; others always pass.
+    /// Events at this level or more severe are limited; others pass, unless their
+    /// target is one of `targets`.
     pub level: Level,
+    /// Targets whose events are limited whatever their level.
+    pub targets: &'static [&'static str],
+}
+
+impl Limit {
+    /// Whether events of `meta` are limited.
+    fn limits(&self, meta: &Metadata<'_>) -> bool {
+        *meta.level() <= self.level || self.targets.contains(&meta.target())
+    }
 }
 
 /// One callsite's current window.
@@ -113,7 +126,7 @@ impl<L> RateLimit<L> {
                 .map(|w| w.start + per)
                 .min();
         }
-        if *meta.level() > self.limit.level {
+        if !self.limit.limits(meta) {
             return (due, true);
         }
         let key = meta as *const Metadata<'static> as usize;

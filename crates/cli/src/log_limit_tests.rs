@@ -47,6 +47,7 @@ const LIMIT: Limit = Limit {
     burst: 3,
     per: Duration::from_secs(60),
     level: Level::WARN,
+    targets: &[drove_types::CONNECTION_LOG],
 };
 
 /// Run `f` with a subscriber whose only output is the limited fmt layer.
@@ -181,4 +182,23 @@ fn test_summaries_name_a_dependency_by_its_crate_path() {
         short_path("crates/meta/src/startup.rs"),
         "crates/meta/src/startup.rs"
     );
+}
+
+#[test]
+fn test_per_connection_lines_are_limited_whatever_their_level() {
+    let clock = FakeClock::new();
+    let lines = logged(&clock, || {
+        for i in 0..10 {
+            tracing::info!(target: drove_types::CONNECTION_LOG, i, "nbd connection ended");
+        }
+        clock.advance(Duration::from_secs(61));
+        tracing::info!("scrub done");
+    });
+    let count = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("nbd connection ended"), 3, "{lines:#?}");
+    let summary = lines
+        .iter()
+        .find(|l| l.contains("suppressed 7 similar messages from drove::connection"))
+        .unwrap_or_else(|| panic!("no summary: {lines:#?}"));
+    assert!(summary.contains("INFO"), "{summary}");
 }

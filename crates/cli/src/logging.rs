@@ -1,7 +1,7 @@
 //! Where `drove node run` logs: stderr by default (for systemd/journald, which
 //! stores and rotates it), or with `--log-file PATH` a file it rotates itself
-//! ([`LogFile`]). Either way repeated warnings are rate-limited per callsite
-//! ([`RateLimit`]), and a panic is logged before the default hook prints it to
+//! ([`LogFile`]). Either way repeated warnings, and lines clients cause per
+//! connection, are rate-limited per callsite ([`RateLimit`]), and a panic is logged before the default hook prints it to
 //! stderr, so that it is in the log file too.
 use anyhow::{Context, Result};
 use clap::Args;
@@ -18,13 +18,15 @@ use tracing_subscriber::EnvFilter;
 use crate::log_file::LogFile;
 use crate::log_limit::{Limit, RateLimit};
 
-/// At most this many warnings or errors per callsite and minute; then one line
-/// says how many more there were. openraft logs about 40 a second while a peer is
-/// down; 20 a minute still shows that it goes on, and what it says.
+/// At most this many warnings or errors per callsite and minute, and lines a
+/// client causes per connection (an NBD handshake timeout) whatever their level;
+/// then one line says how many more there were. openraft logs about 40 a second
+/// while a peer is down; 20 a minute still shows that it goes on, and what it says.
 const LIMIT: Limit = Limit {
     burst: 20,
     per: Duration::from_secs(60),
     level: tracing::Level::WARN,
+    targets: &[drove_types::CONNECTION_LOG],
 };
 
 /// The logging flags of `drove node run`.

@@ -10,6 +10,7 @@ mod cluster_cmd;
 mod df_cmd;
 mod diff_cmd;
 mod diff_format;
+mod fail;
 mod gen_cmd;
 mod heal_cmd;
 mod lineage_cmd;
@@ -209,20 +210,12 @@ fn main() {
 }
 
 /// Under `--json`, a failed command prints `{"error": {"kind": ..., "message": ...}}`
-/// on stdout (and the usual line on stderr): `kind` is the node's error kind when a
-/// node refused, `outcome_unknown` when the outcome is not known, else `error`.
+/// on stdout (and the usual line on stderr): `kind` as [`fail::kind`] finds it.
 fn print_json_error(e: &anyhow::Error) {
     let unknown = e
         .chain()
         .find_map(|c| c.downcast_ref::<client::OutcomeUnknown>());
-    let kind = match (
-        unknown,
-        e.chain().find_map(|c| c.downcast_ref::<client::Refused>()),
-    ) {
-        (Some(_), _) => "outcome_unknown".to_string(),
-        (None, Some(r)) => r.kind.clone(),
-        (None, None) => "error".to_string(),
-    };
+    let kind = fail::kind(e);
     let mut err = serde_json::json!({ "kind": kind, "message": format!("{e:#}") });
     if let Some(u) = unknown {
         err["request_id"] = serde_json::Value::String(u.request_id.to_string());

@@ -1,7 +1,7 @@
 //! A VDI's write policy: the flags `vdi create` and `vdi set` share, `vdi set`
 //! itself, and the policy line `vdi info` prints. Values are parsed and checked here,
 //! before any request, so a bad one is one clear line; the node checks them again.
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use drove_daemon::api::{Policy, VdiDetail};
 use drove_paperbench::config::parse_duration_ms;
@@ -65,10 +65,14 @@ impl PolicyArgs {
 /// A lag bound in time: a number with a unit (a bare number could mean ms or s).
 fn parse_lag(s: &str) -> Result<u32> {
     if s.trim().chars().all(|c| c.is_ascii_digit()) {
-        bail!("Bad --max-lag '{s}': give a unit, e.g. 500ms, 5s or 2m");
+        return Err(crate::fail::invalid(format!(
+            "Bad --max-lag '{s}': give a unit, e.g. 500ms, 5s or 2m"
+        )));
     }
     let Ok(ms) = u32::try_from(parse_duration_ms(s, 1)?) else {
-        bail!("Bad --max-lag '{s}': use 1ms to 10m");
+        return Err(crate::fail::invalid(format!(
+            "Bad --max-lag '{s}': use 1ms to 10m"
+        )));
     };
     validate_max_lag(Some(ms), None)?;
     Ok(ms)
@@ -91,7 +95,9 @@ pub async fn set(a: SetArgs, ctx: &Ctx) -> Result<()> {
         && !body.reset_max_lag_ms
         && !body.reset_max_lag_bytes
     {
-        bail!("Nothing to change: give --policy, --max-lag or --max-lag-bytes");
+        return Err(crate::fail::invalid(
+            "Nothing to change: give --policy, --max-lag or --max-lag-bytes",
+        ));
     }
     let path = format!("/api/vdis/{}/policy", encode(&a.name));
     let d: VdiDetail = ctx.post(&path, &body).await?;

@@ -1,9 +1,10 @@
 //! Running `qemu-img` for `drove vdi import` and `export`: paths it will not read as
 //! protocols, its errors as sentences, the image's size and data, and `convert` with a
-//! progress line (rate, ETA) drawn from its `-p` output.
+//! progress line (rate, ETA) drawn from its `-p` output; what it says on stderr after
+//! a copy that succeeded is shown, and a corrupt image fails the copy.
 use anyhow::{anyhow, bail, Context, Result};
 use std::ffi::OsString;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Instant;
 use tokio::io::AsyncReadExt;
@@ -149,7 +150,37 @@ pub(crate) async fn convert(args: &[OsString], size: u64, label: &str, json: boo
     if !status.success() {
         bail!("qemu-img: {}", qemu_error(&stderr));
     }
+    judge_warnings(&stderr)?;
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// What a `convert` that succeeded said on stderr: a corrupt image refuses the
+/// copy (qemu-img converts a qcow2 whose refcount table is broken, says "Image is
+/// corrupt" and exits 0; its data may be wrong), anything else is passed on as a
+/// warning. Neither is hidden.
+fn judge_warnings(stderr: &[u8]) -> Result<()> {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.iter().any(|l| l.contains("corrupt")) {
+        bail!(
+            "qemu-img: {} (it copied the image all the same, but what it read may be \
+             wrong): check the image with `qemu-img check`, repair a copy of it with \
+             `qemu-img check -r all`, and import that",
+            qemu_error(stderr)
+        );
+    }
+    for l in lines {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: qemu-img: {}",
+            l.trim_start_matches("qemu-img: ")
+        );
+    }
+    Ok(())
 }
 
 /// qemu-img's `-p` lines look like `    (12.34/100%)`.
@@ -209,6 +240,17 @@ mod tests {
         assert_eq!(parse_percent("(101.00/100%)"), None);
         assert_eq!(parse_percent("qemu-img: error"), None);
         assert_eq!(parse_percent(""), None);
+    }
+
+    #[test]
+    fn test_a_corrupt_image_is_refused_and_other_warnings_pass() {
+        let corrupt = b"qcow2: Image is corrupt: Refblock offset 0x12200 unaligned \
+            (reftable index: 0); further non-fatal corruption events will be suppressed\n";
+        let e = judge_warnings(corrupt).unwrap_err().to_string();
+        assert!(e.contains("Image is corrupt: Refblock offset"), "{e}");
+        assert!(e.contains("qemu-img check -r all"), "{e}");
+        assert!(judge_warnings(b"").is_ok());
+        assert!(judge_warnings(b"qemu-img: some note\n").is_ok());
     }
 
     #[test]

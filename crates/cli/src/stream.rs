@@ -156,7 +156,9 @@ pub(crate) async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
     };
     let size = parse_size(size)?;
     if size == 0 {
-        bail!("Bad --size: a VDI needs at least 1 byte");
+        return Err(crate::fail::invalid(
+            "Bad --size: a VDI needs at least 1 byte",
+        ));
     }
     if std::io::stdin().is_terminal() {
         bail!(

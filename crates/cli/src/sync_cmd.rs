@@ -1,6 +1,6 @@
 //! `drove vdi sync` and the zone-sync lag `vdi info` shows: both asked of the node
 //! writing the VDI, through any node (`/api/vdis/NAME/sync`, `/lag`).
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use drove_daemon::wan::{LagReport, SyncReport, SyncRequest};
 use drove_paperbench::config::parse_duration_ms;
@@ -55,7 +55,9 @@ pub async fn sync(a: SyncArgs, ctx: &Ctx) -> Result<()> {
 pub fn parse_timeout(s: &str) -> Result<Duration> {
     let ms = parse_duration_ms(s, 1)?;
     if !(1..=3_600_000).contains(&ms) {
-        bail!("Bad --timeout '{s}': use 1ms to 60m (units ms, s, m)");
+        return Err(crate::fail::invalid(format!(
+            "Bad --timeout '{s}': use 1ms to 60m (units ms, s, m)"
+        )));
     }
     Ok(Duration::from_millis(ms))
 }

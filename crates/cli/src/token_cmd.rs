@@ -1,6 +1,6 @@
 //! `drove token create|list|delete`: tokens of the admin API, for clusters whose
 //! nodes run with `--admin-token-file` (`drove up --auth`).
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use clap::{Subcommand, ValueEnum};
 use drove_daemon::api::{check_token_name, Role, TokenCreate, TokenCreated, TokenInfo};
 
@@ -15,7 +15,8 @@ pub enum TokenCmd {
     /// cluster CA whose common name is the token's name has its role too, without
     /// the secret. Needs an admin token.
     Create {
-        /// Its name (1 to 64 letters, digits, '-', '_' or '.').
+        /// Its name (1 to 64 letters, digits, '-', '_', '.' or '@'): a client certificate
+        /// of this name (its CN) has the token's role.
         name: String,
         /// What it may do: read-only (status, health, lists, info, metrics),
         /// operator (also create VDIs, snapshots and clones, checks, vdi sync) or
@@ -53,7 +54,7 @@ impl From<RoleArg> for Role {
 pub async fn run(cmd: TokenCmd, ctx: &Ctx) -> Result<()> {
     match cmd {
         TokenCmd::Create { name, role } => {
-            check_token_name(&name).map_err(|e| anyhow!("{e}"))?;
+            check_token_name(&name).map_err(crate::fail::invalid)?;
             let body = TokenCreate {
                 name,
                 role: role.into(),
@@ -88,13 +89,44 @@ pub async fn run(cmd: TokenCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         TokenCmd::Delete { name } => {
-            check_token_name(&name).map_err(|e| anyhow!("{e}"))?;
+            check_token_name(&name).map_err(crate::fail::invalid)?;
             let v: serde_json::Value = ctx.delete(&format!("/api/tokens/{name}")).await?;
             if ctx.json {
                 return print_json(&v);
             }
             println!("token '{name}' deleted");
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client certificate has the role of the token of its name: every name
+    /// `drove cert client` takes, `drove token create` takes, and the other way.
+    #[test]
+    fn test_token_and_certificate_names_follow_one_rule() {
+        let ca = drove_tls::Ca::generate("t", 1).unwrap();
+        let long = "a".repeat(65);
+        for name in [
+            "alice@example.com",
+            "host-a",
+            "a.b_c",
+            "x",
+            "",
+            "a b",
+            "a/b",
+            "a:b",
+            "é",
+            &long,
+        ] {
+            assert_eq!(
+                check_token_name(name).is_ok(),
+                ca.issue_client(name, 1).is_ok(),
+                "{name:?}"
+            );
         }
     }
 }

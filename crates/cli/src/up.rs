@@ -1,7 +1,8 @@
 //! `drove up` and `drove down`: a local cluster of N node processes on 127.0.0.1,
 //! for trying drove out and for tests. The layout is written to DIR/cluster.json so
 //! that `down`, tests and scripts can find every node, and so that `up` on the same
-//! DIR restarts the same nodes on the same ports with their data.
+//! DIR restarts the same nodes on the same ports with their data (those that are
+//! not running: a node that died comes back beside the others).
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::Status;
@@ -338,11 +339,11 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
         .with_context(|| format!("Cannot create {}", a.dir.display()))?;
     let existing = read_file(&a.dir)?;
     if let Some(f) = &existing {
-        if let Some(n) = f.nodes.iter().find(|n| alive(n.pid)) {
+        if f.nodes.iter().all(|n| alive(n.pid)) {
             bail!(
-                "A cluster from {} is still running (pid {}); stop it with `drove down --dir {}`",
+                "The cluster of {} is running (all its {} nodes); stop it with `drove down --dir {}`",
                 a.dir.display(),
-                n.pid,
+                f.nodes.len(),
                 a.dir.display()
             );
         }
@@ -376,11 +377,20 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
                     a.dir.display()
                 );
             }
-            eprintln!(
-                "Restarting the {} nodes of {}",
-                f.nodes.len(),
-                a.dir.display()
-            );
+            let dead = f.nodes.iter().filter(|n| !alive(n.pid)).count();
+            if dead == f.nodes.len() {
+                eprintln!(
+                    "Restarting the {} nodes of {}",
+                    f.nodes.len(),
+                    a.dir.display()
+                );
+            } else {
+                eprintln!(
+                    "Starting the {dead} stopped node(s) of {}; the other {} run and are left be",
+                    a.dir.display(),
+                    f.nodes.len() - dead
+                );
+            }
             (f.nodes, f.tls)
         }
         None => {
@@ -399,16 +409,16 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             (nodes, tls)
         }
     };
-    // With a token, every call `drove up` makes carries it.
-    let with_token = match nodes.first().and_then(|n| n.admin_token_file.as_deref()) {
-        Some(f) => Some(ctx.with_token(&crate::client::read_token_file(Path::new(f))?)?),
+    // The calls `drove up` makes carry this cluster's credentials, never the ones
+    // of the environment (another cluster's): its token, if it has one; with
+    // certificates HTTPS only, with the CA and client certificate it wrote;
+    // without, plain HTTP.
+    let token = match nodes.first().and_then(|n| n.admin_token_file.as_deref()) {
+        Some(f) => Some(crate::client::read_token_file(Path::new(f))?),
         None => None,
     };
-    let ctx = with_token.as_ref().unwrap_or(ctx);
-    // With certificates the admin APIs speak HTTPS only: `drove up` uses the CA and
-    // the client certificate it wrote; without, plain HTTP (whatever DROVE_CA says).
-    let with_ca = ctx.with_ca(tls.as_ref().map(|t| Path::new(&t.dir)))?;
-    let ctx = &with_ca;
+    let own = ctx.for_own_cluster(token, tls.as_ref().map(|t| Path::new(&t.dir)))?;
+    let ctx = &own;
     // Nodes started so far; killed if start-up fails part-way, since no
     // cluster.json exists yet for `drove down` to find them.
     let mut children = Started(Vec::new());
@@ -425,11 +435,13 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
     } else {
         print_table(&file);
         if let Some(t) = &file.tls {
+            // The certificates go in the URI: libnbd 1.14's nbdinfo (Debian 12)
+            // has no --tls-certificates option.
             println!(
                 "\nNBD over TCP needs TLS and a client certificate, for example:\n  \
-                 nbdinfo --tls-certificates={} {}/VDI",
-                t.dir,
-                file.nodes[0].nbd_tcp.replacen("nbd://", "nbds://", 1)
+                 nbdinfo '{}/VDI?tls-certificates={}'",
+                nbd_tcp_uri(&file, &file.nodes[0]),
+                t.dir
             );
             println!(
                 "  qemu: --object tls-creds-x509,id=tls0,endpoint=client,dir={}",
@@ -475,15 +487,19 @@ async fn start_nodes(
     children: &mut Vec<Child>,
 ) -> Result<()> {
     if restart {
-        // Every node has its metadata; they must all run to elect a leader.
-        for n in nodes.iter() {
-            children.push(spawn(n, None)?);
-        }
+        // Every node has its metadata and its ports: the stopped ones start again
+        // on them (all at once, since after `drove down` they must all run to
+        // elect a leader); the ones still running are left be, so one killed node
+        // comes back without stopping the others.
         let count = nodes.len();
-        for (n, c) in nodes.iter_mut().zip(children.iter_mut()) {
-            let s = wait_ready(ctx, n, count, c).await?;
-            n.id = s.node_id.0;
-            n.pid = c.id();
+        let stopped: Vec<usize> = (0..count).filter(|&i| !alive(nodes[i].pid)).collect();
+        for &i in &stopped {
+            children.push(spawn(&nodes[i], None)?);
+        }
+        for (&i, c) in stopped.iter().zip(children.iter_mut()) {
+            let s = wait_ready(ctx, &nodes[i], count, c).await?;
+            nodes[i].id = s.node_id.0;
+            nodes[i].pid = c.id();
         }
     } else {
         let mut first_admin = nodes[0].admin.clone();
@@ -548,6 +564,15 @@ async fn wait_for_stop() {
     }
 }
 
+/// Node `n`'s NBD TCP port as a URI: `nbds://` when the cluster has certificates
+/// (its ports then require TLS, as `vdi info` says), else `nbd://`.
+fn nbd_tcp_uri(f: &ClusterFile, n: &NodeEntry) -> String {
+    match f.tls {
+        Some(_) => n.nbd_tcp.replacen("nbd://", "nbds://", 1),
+        None => n.nbd_tcp.clone(),
+    }
+}
+
 fn print_table(f: &ClusterFile) {
     let rows: Vec<Vec<String>> = f
         .nodes
@@ -557,7 +582,7 @@ fn print_table(f: &ClusterFile) {
                 n.id.to_string(),
                 n.zone.clone(),
                 n.admin.clone(),
-                n.nbd_tcp.clone(),
+                nbd_tcp_uri(f, n),
                 n.nbd_unix.clone(),
                 n.pid.to_string(),
             ]

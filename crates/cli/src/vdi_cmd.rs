@@ -1,5 +1,5 @@
 //! `drove vdi ...`: the VDI table.
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use drove_daemon::api::{CreateVdi, Resize, VdiDetail};
 use drove_types::{format_size, parse_size, ReplicationMode, VdiInfo, MAX_COPIES};
@@ -9,7 +9,7 @@ use crate::table;
 
 #[derive(Subcommand)]
 pub enum VdiCmd {
-    /// Create a VDI; SIZE takes K/M/G/T suffixes (e.g. 10G).
+    /// Create a VDI; SIZE takes K/M/G/T/P suffixes (e.g. 10G; at most 1P).
     Create {
         /// Name; also the NBD export name.
         name: String,
@@ -158,7 +158,9 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let policy = policy.parse()?;
             if let Some(c) = copies {
                 if c == 0 || c > MAX_COPIES {
-                    bail!("Bad --copies {c}: use 1 to {MAX_COPIES}");
+                    return Err(crate::fail::invalid(format!(
+                        "Bad --copies {c}: use 1 to {MAX_COPIES}"
+                    )));
                 }
             }
             let mode: ReplicationMode = mode.parse()?;
@@ -216,7 +218,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let vdis: Vec<VdiInfo> = match &filter {
                 Some(f) => {
                     let p = glob::Pattern::new(f)
-                        .map_err(|e| anyhow::anyhow!("Bad --filter '{f}': {e}"))?;
+                        .map_err(|e| crate::fail::invalid(format!("Bad --filter '{f}': {e}")))?;
                     named.filter(|v| p.matches(&v.name)).cloned().collect()
                 }
                 None => named.cloned().collect(),

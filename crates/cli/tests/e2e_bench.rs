@@ -214,6 +214,46 @@ fn test_bench_paper_quick_outputs_are_complete() {
     assert!(leftovers.is_empty(), "work directory left behind");
 }
 
+/// `drove bench paper` runs its own cluster (plain HTTP, no token) and calls it
+/// with its own credentials: a user who exported DROVE_CA, DROVE_TOKEN_FILE and
+/// DROVE_CLUSTER for another cluster, as `drove up` tells them to, got "received
+/// corrupt message of type InvalidContentType" from the bench's first `vdi create`.
+/// Here they name files that are no CA and no token, and an address nothing serves.
+#[test]
+fn test_bench_paper_calls_its_own_cluster_whatever_the_environment_says() {
+    let missing = drove_paperbench::missing_tools(WanProxyKind::Builtin);
+    let found = if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} not installed", missing.join("; ")))
+    };
+    if require_ok(found).is_none() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let junk = out.path().join("junk");
+    std::fs::write(&junk, "not a certificate, not a token\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_drove"))
+        .args(["bench", "paper", "--quick", "--nodes-per-zone", "1"])
+        .args(["--parallel", "1", "--ops", "small-read", "--runtime", "1s"])
+        .args(["--size", "1M", "--out"])
+        .arg(out.path().join("results"))
+        .env("DROVE_CA", &junk)
+        .env("DROVE_TOKEN_FILE", &junk)
+        .env("DROVE_TOKEN", "drove_not-this-clusters")
+        .env("DROVE_CLUSTER", "127.0.0.1:1")
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "drove bench paper failed:\n{log}");
+    let csv = std::fs::read_to_string(out.path().join("results/results.csv")).unwrap();
+    assert!(rows(&csv).iter().any(|r| r["system"] == "drove"), "{csv}");
+}
+
 /// `drove bench meta`, small: every operation is measured against the leader and a
 /// follower, none fails, and the list of a filled table is timed. Throughput is not
 /// judged here (see bench/results/). The VDIs each level made are gone after it.

@@ -150,3 +150,118 @@ fn test_drove_up_nodes_write_a_rotated_log_file_and_keep_stderr_apart() {
     let stderr = std::path::Path::new(&n.data).join("node.stderr");
     assert!(stderr.is_file(), "no {}", stderr.display());
 }
+
+/// `drove up` prints an nbdinfo command for the TLS-only NBD port; run as printed
+/// (VDI replaced by a VDI's name), it works with Debian 12's nbdinfo (libnbd 1.14,
+/// which has no --tls-certificates option: the certificates go in the nbds:// URI).
+/// The node table shows that port as `nbds://`, as `vdi info` does.
+#[test]
+fn test_drove_up_prints_an_nbdinfo_command_that_works() {
+    if !require(&["nbdinfo", "sh"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let down = DownOnDrop(dir.path().to_path_buf());
+    let o = run(Command::new(drove_bin())
+        .args([
+            "up",
+            "--nodes",
+            "1",
+            "--detach",
+            "--base-port",
+            "0",
+            "--dir",
+        ])
+        .arg(&down.0)
+        .env_remove("DROVE_CA")
+        .env_remove("DROVE_TOKEN_FILE")
+        .env_remove("DROVE_TOKEN"));
+    assert!(o.status.success(), "{}", text(&o));
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let export = |var: &str| {
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("export {var}=")))
+            .unwrap_or_else(|| panic!("drove up printed no {var}: {printed}"))
+            .to_string()
+    };
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "create", "vm1", "8M", "--json"])
+        .env("DROVE_CLUSTER", export("DROVE_CLUSTER"))
+        .env("DROVE_CA", export("DROVE_CA"))
+        .env("DROVE_TOKEN_FILE", export("DROVE_TOKEN_FILE")));
+    assert!(o.status.success(), "{}", text(&o));
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tcp = info["nbd_tcp"].as_str().unwrap();
+    assert!(tcp.starts_with("nbds://"), "{info}");
+    let port = tcp.rsplit(':').next().unwrap().split('/').next().unwrap();
+    let table = printed
+        .lines()
+        .find(|l| l.contains(&format!("127.0.0.1:{port}")))
+        .unwrap_or_else(|| panic!("no node row with port {port}: {printed}"));
+    assert!(
+        table.contains(&format!("nbds://127.0.0.1:{port}")),
+        "{table}"
+    );
+    let cmd = printed
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("nbdinfo "))
+        .unwrap_or_else(|| panic!("no nbdinfo command: {printed}"))
+        .replace("/VDI", "/vm1");
+    let o = run(Command::new("sh").args(["-c", &cmd]));
+    assert!(o.status.success(), "`{cmd}` failed: {}", text(&o));
+    assert!(text(&o).contains("8388608"), "`{cmd}`: {}", text(&o));
+}
+
+/// `drove up` on a cluster whose nodes partly run starts the dead ones on their
+/// data and ports and leaves the others be; it once refused ("still running; stop
+/// it with drove down"), so a killed node could not come back without stopping all.
+#[test]
+fn test_drove_up_starts_the_dead_nodes_of_a_running_cluster() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(3, 3);
+    c.create_vdi("keep", "16M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("keep"),
+        &["write -P 0x6d 0 4M".into(), "flush".into()],
+    );
+    let before = c.nodes.clone();
+    c.kill(1);
+    let o = run(Command::new(drove_bin())
+        .args(["up", "--detach", "--dir"])
+        .arg(c.dir.path()));
+    assert!(o.status.success(), "{}", text(&o));
+    c.reload();
+    for (i, (was, now)) in before.iter().zip(&c.nodes).enumerate() {
+        assert_eq!(
+            (&was.admin, &was.nbd_tcp),
+            (&now.admin, &now.nbd_tcp),
+            "node {i}"
+        );
+        if i == 1 {
+            assert_ne!(was.pid, now.pid, "node 2 was not started again");
+            assert!(exists(now.pid), "node 2 is not running");
+        } else {
+            assert_eq!(was.pid, now.pid, "node {i} was restarted");
+        }
+    }
+    let s = c.status();
+    let nodes = s["map"]["nodes"].as_object().unwrap();
+    assert_eq!(nodes.len(), 3, "{s}");
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "node 2 to be up",
+        || {
+            let s = c.status();
+            s["map"]["nodes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(|n| n["state"] == "up")
+        },
+    );
+    qemu_io(&c.nodes[1].uri("keep"), &["read -P 0x6d 0 4M".into()]);
+}

@@ -260,3 +260,223 @@ fn test_the_admin_api_serves_no_internal_route() {
     assert_eq!(v["lock_generation"], 0, "{v}");
     assert_eq!(v["lock"], serde_json::Value::Null, "{v}");
 }
+
+/// A request id names one change: sent again with the same command it answers with
+/// the first outcome, but with another command (a user reusing `--request-id`) it
+/// is refused, where it once answered for the first command: `vdi create rq2`
+/// printed rq1 and created nothing, `vdi delete pat` printed "Deleted" and left pat.
+#[test]
+fn test_a_request_id_reused_for_another_command_is_refused() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("pat", "1M", &[]);
+    let id = "00000000000000000000000000000001";
+    let o = c.drove(0, &["--request-id", id, "vdi", "create", "rq1", "1M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The same command again: its first outcome, nothing more.
+    let o = c.drove(
+        0,
+        &["--request-id", id, "vdi", "create", "rq1", "1M", "--json"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["name"], "rq1", "{v}");
+    for args in [
+        &["vdi", "create", "rq2", "1M"][..],
+        &["vdi", "delete", "pat"][..],
+    ] {
+        let mut with_id = vec!["--request-id", id, "--json"];
+        with_id.extend_from_slice(args);
+        let o = c.drove(0, &with_id);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", text(&o)));
+        assert_eq!(v["error"]["kind"], "invalid", "{args:?}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("request id was used before for another command"),
+            "{msg}"
+        );
+    }
+    let mut names = c.vdi_names();
+    names.sort();
+    assert_eq!(names, ["pat", "rq1"]);
+}
+
+/// The `--json` error of `drove ARGS` on node 1: its kind and message.
+fn json_error(c: &Cluster, args: &[&str]) -> (String, String) {
+    let mut with = vec!["--json"];
+    with.extend_from_slice(args);
+    let o = c.drove(0, &with);
+    assert!(!o.status.success(), "{args:?} succeeded: {}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", text(&o)));
+    let kind = v["error"]["kind"].as_str().unwrap_or_default().to_string();
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (kind, msg)
+}
+
+/// `1P` is a size (the limit message names it: "larger than the 1P limit").
+#[test]
+fn test_a_size_in_pebibytes_is_taken_up_to_the_limit() {
+    let c = Cluster::start(1, 1);
+    let o = c.drove(0, &["vdi", "create", "huge", "1P", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["size"].as_u64(), Some(1 << 50), "{v}");
+    let (kind, msg) = json_error(&c, &["vdi", "create", "huger", "1.5P"]);
+    assert_eq!(kind, "invalid");
+    assert!(msg.contains("larger than the 1P limit"), "{msg}");
+}
+
+/// Names in error messages come out with control characters escaped and cut after
+/// 64 characters, whoever refuses them (the node, the metadata, the CLI); once
+/// they were echoed raw (a terminal ran the escape sequences) and whole.
+#[test]
+fn test_names_in_errors_are_escaped_and_cut() {
+    let c = Cluster::start(1, 1);
+    let red = "\u{1b}[31mred";
+    let long = "x".repeat(300);
+    for args in [
+        vec!["vdi", "info", red],
+        vec!["vdi", "create", red, "1M"],
+        vec!["vdi", "delete", red],
+        vec!["vdi", "du", red],
+        vec!["token", "delete", red],
+    ] {
+        let o = c.drove(0, &args);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(!t.contains('\u{1b}'), "{args:?} echoed the escape: {t:?}");
+        assert!(t.contains("\\u{1b}[31mred"), "{args:?}: {t:?}");
+    }
+    for args in [
+        vec!["vdi", "info", &long],
+        vec!["vdi", "create", &long, "1M"],
+        vec!["vdi", "du", &long],
+    ] {
+        let o = c.drove(0, &args);
+        assert!(!o.status.success());
+        let t = text(&o);
+        assert!(
+            !t.contains(&"x".repeat(65)),
+            "{:?}: the whole name: {t}",
+            &args[..2]
+        );
+        assert!(t.contains(&format!("{}…", "x".repeat(64))), "{t}");
+    }
+}
+
+/// Under `--json`, errors the CLI finds itself have the kind the node would give
+/// (they once all said `error`); a snapshot with clones is refused as `invalid`
+/// (it said `locked`, which means another node writes the VDI).
+#[test]
+fn test_json_error_kinds_are_the_nodes_words() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("base", "1M", &[]);
+    assert_eq!(json_error(&c, &["vdi", "create", "a", "12Q"]).0, "invalid");
+    assert_eq!(
+        json_error(&c, &["vdi", "create", "a", "1M", "--copies", "0"]).0,
+        "invalid"
+    );
+    assert_eq!(json_error(&c, &["vdi", "du", "nope"]).0, "not_found");
+    let o =
+        run(Command::new(drove_bin()).args(["--json", "vdi", "list", "--cluster", "127.0.0.1:1"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "unavailable", "{v}");
+    let o = c.drove(0, &["vdi", "snapshot", "base", "golden"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = c.drove(0, &["vdi", "clone", "golden", "web1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (kind, msg) = json_error(&c, &["vdi", "delete", "golden"]);
+    assert_eq!(kind, "invalid", "{msg}");
+    assert!(msg.contains("has clones"), "{msg}");
+}
+
+/// VDI and node JSON keep every field: an unset optional value is `null`, an
+/// empty list `[]` (lists were left out when empty, beside `null`s).
+#[test]
+fn test_vdi_and_node_json_write_every_field() {
+    let c = Cluster::start(1, 1);
+    c.create_vdi("v", "1M", &[]);
+    let o = c.drove(0, &["vdi", "info", "v", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["home_zone"].is_null() && v.get("home_zone").is_some(),
+        "{v}"
+    );
+    assert_eq!(v.get("nbd_clients"), Some(&serde_json::json!([])), "{v}");
+    assert_eq!(v.get("past_homes"), Some(&serde_json::json!([])), "{v}");
+    let o = c.drove(0, &["vdi", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0].get("nbd_clients"), Some(&serde_json::json!([])), "{v}");
+}
+
+/// A request body the admin API cannot parse is answered in its JSON error shape
+/// (`{"error": "invalid", "message": ...}`), as every other refusal; it was axum's
+/// plain text.
+#[test]
+fn test_a_bad_request_body_gets_the_json_error_shape() {
+    let c = Cluster::start(1, 1);
+    let admin = &c.nodes[0].admin;
+    for (body, ctype) in [
+        ("{", "application/json"),
+        (r#"{"name": 5}"#, "application/json"),
+        (r#"{"name": "a", "size": 1048576}"#, "text/plain"),
+    ] {
+        let o = run(Command::new("curl").args([
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "POST",
+            "-H",
+            &format!("Content-Type: {ctype}"),
+            "--data-binary",
+            body,
+            &format!("http://{admin}/api/vdis"),
+        ]));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (json, code) = out.rsplit_once('\n').unwrap();
+        assert!(code.starts_with('4'), "{body}: {out}");
+        let v: serde_json::Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{body}: not JSON ({e}): {out}"));
+        assert_eq!(v["error"], "invalid", "{body}: {v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    }
+}
+
+/// A qcow2 whose refcount table is corrupt: qemu-img converts it with "Image is
+/// corrupt" on stderr and exit 0; the import once hid that and succeeded. Now it
+/// is refused with qemu-img's words, and the VDI it made is deleted again.
+#[test]
+fn test_importing_a_qcow2_with_a_corrupt_refcount_table_is_refused() {
+    if !require(&["qemu-img", "qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start(1, 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("bad.qcow2");
+    let img_s = img.to_str().unwrap();
+    let o = run(Command::new("qemu-img").args(["create", "-q", "-f", "qcow2", img_s, "8M"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(Command::new("qemu-io").args(["-f", "qcow2", "-c", "write -P 0x33 0 1M", img_s]));
+    assert!(o.status.success(), "{}", text(&o));
+    // The header's refcount_table_offset (bytes 48..56); its first entry, the
+    // offset of the first refcount block, made unaligned.
+    let mut b = std::fs::read(&img).unwrap();
+    let table = u64::from_be_bytes(b[48..56].try_into().unwrap()) as usize;
+    b[table..table + 8].copy_from_slice(&0x12345u64.to_be_bytes());
+    std::fs::write(&img, &b).unwrap();
+    let o = c.drove(0, &["vdi", "import", img_s, "bad"]);
+    assert!(
+        !o.status.success(),
+        "a corrupt image was imported: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("Image is corrupt"), "{}", text(&o));
+    assert!(!c.vdi_names().contains(&"bad".to_string()));
+}

@@ -4,7 +4,8 @@
 //! nesting), mutated valid bodies, non-objects and random bytes, sent over real
 //! HTTP to a real node. Every answer must be a status the API means to give (2xx,
 //! 4xx, 503, 507: never a 500, never a connection closed without an answer, which
-//! is what a panicking handler leaves); afterwards the node is alive, its memory
+//! is what a panicking handler leaves), and every refusal (4xx) in the API's JSON
+//! error shape; afterwards the node is alive, its memory
 //! has not grown without bound, it logged no panic, and a VDI no route was pointed
 //! at reads back as written.
 //!
@@ -453,6 +454,16 @@ fn test_hostile_json_bodies_on_every_admin_route_never_crash_the_node() {
                 "seed {seed}, {} {path}: HTTP {code} ({reply}) to the body {shown:?}",
                 route.method
             );
+            // Every refusal in the API's one error shape, axum's own included.
+            if (400..=499).contains(&code) {
+                let v: Value = serde_json::from_str(&reply).unwrap_or(Value::Null);
+                assert!(
+                    v["error"].is_string() && v["message"].is_string(),
+                    "seed {seed}, {} {path}: HTTP {code} not in the JSON error shape: \
+                     {reply:?}, to the body {shown:?}",
+                    route.method
+                );
+            }
             *seen.entry(code).or_default() += 1;
         }
     }

@@ -301,3 +301,40 @@ fn test_a_repair_cut_short_by_the_handshake_timeout_still_completes_and_is_recor
     assert_eq!(v["mismatched"].as_array().map(|a| a.len()), Some(0), "{v}");
     qemu_io(&c.nodes[2].uri("rp"), &["read -P 0x11 4k 1M".into()]);
 }
+
+/// A flood of idle connections to the NBD port, each cut at the handshake timeout,
+/// once wrote one log line per connection (1,756 from one flood). Those lines are
+/// limited like repeated warnings now: at most the burst (20) per window of a minute,
+/// so at most 40 even if the flood straddles two windows.
+#[test]
+fn test_a_flood_of_idle_nbd_connections_logs_a_bounded_number_of_lines() {
+    use std::io::Read;
+    let mut c = Cluster::start(1, 1);
+    c.kill(0);
+    c.restart_with(0, &["--nbd-handshake-timeout", "0.2"]);
+    let addr = c.nodes[0].nbd_tcp.trim_start_matches("nbd://").to_string();
+    const FLOOD: usize = 200;
+    let conns: Vec<std::net::TcpStream> = (0..FLOOD)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    // Each says nothing after the greeting; the node closes it at the timeout.
+    for mut s in conns {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut sink = Vec::new();
+        s.read_to_end(&mut sink).unwrap();
+    }
+    // A connection's task logs before it gives its slot back: none open, all logged.
+    wait_until(Duration::from_secs(30), "every connection to end", || {
+        c.metrics(0).lines().any(|l| l == "drove_nbd_connections 0")
+    });
+    let log =
+        std::fs::read_to_string(std::path::Path::new(&c.nodes[0].data).join("node.log")).unwrap();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("handshake timed out"))
+        .count();
+    assert!(
+        (1..=40).contains(&lines),
+        "{lines} handshake timeout lines for {FLOOD} connections"
+    );
+}

@@ -1152,3 +1152,38 @@ fn test_drove_up_makes_certificates_and_a_token_by_default() {
     let o = cli(&["vdi", "info", "d"], true);
     assert!(o.status.success(), "after the restart: {}", text(&o));
 }
+
+/// A client certificate named like an address (`alice@example.com`: `drove cert
+/// client` takes `@`, as certificates of people usually are) gets a role from the
+/// token of its name; token names once refused `@`, so it never could.
+#[test]
+fn test_a_certificate_named_with_an_at_sign_gets_the_role_of_its_token() {
+    let c = Cluster::start_with(tempfile::tempdir().unwrap(), 1, 1, &["--tls", "--auth"]);
+    let work = tempfile::tempdir().unwrap();
+    let alice = work.path().join("alice");
+    let o = run(Command::new(drove_bin())
+        .args(["cert", "client", "--name", "alice@example.com", "--ca"])
+        .arg(client_dir(&c))
+        .arg("--out")
+        .arg(&alice));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = c.drove(
+        0,
+        &[
+            "token",
+            "create",
+            "alice@example.com",
+            "--role",
+            "read-only",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(Command::new(drove_bin())
+        .args(["vdi", "list", "--cluster", &c.nodes[0].admin])
+        .env_remove("DROVE_TOKEN")
+        .env_remove("DROVE_TOKEN_FILE")
+        .env("DROVE_CA", &alice));
+    assert!(o.status.success(), "alice's certificate: {}", text(&o));
+    let o = c.drove(0, &["token", "delete", "alice@example.com"]);
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -128,6 +128,8 @@ pub fn router(admin: Admin) -> Router {
         .merge(crate::wan::router())
         .merge(crate::auth::router())
         .layer(axum::middleware::from_fn(client_request))
+        // axum's own refusals (a body it cannot parse) in the JSON error shape.
+        .layer(axum::middleware::from_fn(crate::rejection::json_refusals))
         // Outermost: a request without the right token goes no further.
         .layer(axum::middleware::from_fn_with_state(
             admin.clone(),
@@ -254,7 +256,12 @@ fn find_vdi(a: &Admin, name: &str) -> Result<VdiInfo, Error> {
         // A deleted snapshot kept for its readers has no name a user may use.
         .filter(|_| !drove_types::is_kept(name))
         .cloned()
-        .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))
+        .ok_or_else(|| {
+            Error::not_found(format!(
+                "No VDI named '{name}'",
+                name = drove_types::shown(name)
+            ))
+        })
 }
 
 /// The VDI record a metadata command answered with.
@@ -401,7 +408,8 @@ async fn check_vdi(
                     ErrorKind::Locked,
                     format!(
                         "VDI '{name}' is being written through node {}: a repair would race its writes; detach it first",
-                        l.owner
+                        l.owner,
+                        name = drove_types::shown(&name)
                     ),
                 )
                 .into());

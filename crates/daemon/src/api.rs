@@ -507,6 +507,6 @@ pub struct BenchResult {
     /// 99th percentile latency.
     pub p99_ms: f64,
     /// The first failure's message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub first_error: Option<String>,
 }

@@ -139,7 +139,10 @@ fn by_token(a: &Admin, own: &str, token: &str) -> Result<(String, Role), String>
         return Ok(("the node's admin token".to_string(), Role::Admin));
     }
     match a.meta.state().token_by_hash(&h) {
-        Some((name, role)) => Ok((format!("token '{name}'"), role)),
+        Some((name, role)) => Ok((
+            format!("token '{name}'", name = drove_types::shown(name)),
+            role,
+        )),
         None => Err("Unknown or deleted admin API token".to_string()),
     }
 }
@@ -149,14 +152,21 @@ fn by_token(a: &Admin, own: &str, token: &str) -> Result<(String, Role), String>
 fn by_certificate(a: &Admin, cert: &PeerCert) -> Result<(String, Role), String> {
     let name = cert.name.as_deref().unwrap_or("");
     if cert.node {
-        return Ok((format!("node certificate '{name}'"), Role::Admin));
+        return Ok((
+            format!("node certificate '{name}'", name = drove_types::shown(name)),
+            Role::Admin,
+        ));
     }
     match a.meta.state().tokens.get(name) {
-        Some(t) if !name.is_empty() => Ok((format!("certificate '{name}'"), t.role)),
+        Some(t) if !name.is_empty() => Ok((
+            format!("certificate '{name}'", name = drove_types::shown(name)),
+            t.role,
+        )),
         _ => Err(format!(
             "The client certificate '{name}' has no role on this node: send a token \
              (DROVE_TOKEN or DROVE_TOKEN_FILE), or give the certificate one with \
-             `drove token create {name} --role read-only|operator|admin`"
+             `drove token create {name} --role read-only|operator|admin`",
+            name = drove_types::shown(name)
         )),
     }
 }

@@ -133,7 +133,8 @@ pub(crate) async fn refuse_if_open(a: &Admin, name: &str) -> Result<()> {
         format!(
             "VDI '{name}' is open: {}. Detach them first, or delete anyway with --force \
              (their I/O then fails)",
-            who.join("; ")
+            who.join("; "),
+            name = drove_types::shown(name)
         ),
     ))
 }

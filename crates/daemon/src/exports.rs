@@ -235,7 +235,12 @@ impl VdiExports {
             .vdis
             .get(name)
             .filter(|_| !drove_types::is_kept(name))
-            .ok_or_else(|| Error::not_found(format!("No VDI named '{name}'")))?
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "No VDI named '{name}'",
+                    name = drove_types::shown(name)
+                ))
+            })?
             .clone();
         Ok((state, info))
     }
@@ -309,7 +314,10 @@ impl Exports for VdiExports {
                 vdi = %name, client = %client.label,
                 "nbd: attach refused: the client is not on the VDI's access list (drove vdi access)"
             );
-            return Err(Error::not_found(format!("No VDI named '{name}'")));
+            return Err(Error::not_found(format!(
+                "No VDI named '{name}'",
+                name = drove_types::shown(name)
+            )));
         }
         self.settle_crashed_writer(&info).await?;
         let vol = self.volume_or_open(name)?;

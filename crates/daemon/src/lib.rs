@@ -23,6 +23,7 @@ mod lineage;
 mod locks;
 mod node;
 mod ops_metrics;
+mod rejection;
 mod sd_notify;
 mod settle;
 pub mod wan;

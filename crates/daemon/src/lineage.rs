@@ -58,7 +58,8 @@ async fn visible(meta: &Meta, name: &str) -> Result<VdiInfo> {
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::unavailable(format!(
-                "VDI '{name}' was created, but this node has not applied it yet"
+                "VDI '{name}' was created, but this node has not applied it yet",
+                name = drove_types::shown(name)
             )));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -149,7 +150,8 @@ async fn flatten(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<
     }
     if info.snapshot {
         return Err(Error::invalid(format!(
-            "'{name}' is a snapshot (read-only): flatten its clones instead"
+            "'{name}' is a snapshot (read-only): flatten its clones instead",
+            name = drove_types::shown(&name)
         ))
         .into());
     }

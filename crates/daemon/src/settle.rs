@@ -184,19 +184,24 @@ async fn renew_while_repairing(meta: &Meta, vdi: &str, lease: Duration) -> Error
             {
                 return Error::new(
                     e.kind(),
-                    format!("VDI '{vdi}': the lock was lost during the post-crash repair: {e}"),
+                    format!(
+                        "VDI '{vdi}': the lock was lost during the post-crash repair: {e}",
+                        vdi = drove_types::shown(vdi)
+                    ),
                 )
             }
             Ok(Err(e)) => tracing::warn!(%vdi, "cannot renew the lease during the post-crash repair: {e}"),
             Err(_) => {
                 return Error::unavailable(format!(
-                    "VDI '{vdi}': the lease ran out during the post-crash repair (metadata unreachable?)"
+                    "VDI '{vdi}': the lease ran out during the post-crash repair (metadata unreachable?)",
+                    vdi = drove_types::shown(vdi)
                 ))
             }
         }
         if tokio::time::Instant::now() >= valid_until {
             return Error::unavailable(format!(
-                "VDI '{vdi}': the lease ran out during the post-crash repair"
+                "VDI '{vdi}': the lease ran out during the post-crash repair",
+                vdi = drove_types::shown(vdi)
             ));
         }
     }

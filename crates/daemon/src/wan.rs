@@ -126,7 +126,8 @@ async fn lag(State(a): State<Admin>, Path(name): Path<String>) -> ApiResult<LagR
         .await
         .map_err(|e| {
             Error::unavailable(format!(
-                "The writer of VDI '{name}' (node {node}) did not report its lag: {e}"
+                "The writer of VDI '{name}' (node {node}) did not report its lag: {e}",
+                name = drove_types::shown(&name)
             ))
         })?;
     Ok(Json(r))
@@ -169,7 +170,8 @@ async fn local_sync(
                 limit.as_secs(),
                 now.bytes,
                 now.writes,
-                now.seconds
+                now.seconds,
+                name = drove_types::shown(&name)
             ))
         })??;
     Ok(Json(SyncReport {
@@ -211,7 +213,8 @@ async fn sync(
         .timeout(limit + Duration::from_secs(5));
     let r: SyncReport = ask(call, &url).await.map_err(|e| {
         Error::unavailable(format!(
-            "Syncing VDI '{name}' through its writer, node {node}, failed: {e}"
+            "Syncing VDI '{name}' through its writer, node {node}, failed: {e}",
+            name = drove_types::shown(&name)
         ))
     })?;
     Ok(Json(r))

@@ -15,6 +15,7 @@
 mod batch;
 mod client_req;
 mod db;
+mod dedup;
 mod forward;
 mod health;
 mod http;

@@ -574,7 +574,7 @@ pub enum Command {
     /// SHA-256 (lowercase hex) of a secret no other token has. At most
     /// [`tokens::MAX_TOKENS`].
     AddToken {
-        /// Token name (1 to 64 of `[A-Za-z0-9._-]`).
+        /// Token name (1 to 64 of `[A-Za-z0-9._@-]`, as a client certificate's name).
         name: String,
         /// What it may do.
         role: Role,
@@ -691,7 +691,10 @@ pub(crate) fn invalid(msg: String) -> (ErrorKind, String) {
 }
 
 pub(crate) fn no_vdi(name: &str) -> (ErrorKind, String) {
-    (ErrorKind::NotFound, format!("No VDI named '{name}'"))
+    (
+        ErrorKind::NotFound,
+        format!("No VDI named '{name}'", name = drove_types::shown(name)),
+    )
 }
 
 /// Check a VDI size against the sector size, the 1 PiB cap and the object count that
@@ -803,7 +806,8 @@ impl MetaState {
                 if *size < vdi.size {
                     return Err(invalid(format!(
                         "VDI '{name}' is {} bytes: shrinking to {size} is not supported",
-                        vdi.size
+                        vdi.size,
+                        name = drove_types::shown(name)
                     )));
                 }
                 vdi.size = *size;
@@ -850,7 +854,8 @@ impl MetaState {
                     if *m == 0 || *m > vdi.copies {
                         return Err(invalid(format!(
                             "Bad min-copies {m} for VDI '{name}': use 1 to {}",
-                            vdi.copies
+                            vdi.copies,
+                            name = drove_types::shown(name)
                         )));
                     }
                 }
@@ -982,7 +987,8 @@ impl MetaState {
                 let Some(size) = vdi.size.checked_add(*by) else {
                     return Err(invalid(format!(
                         "VDI '{name}' is {} bytes: {by} more is too large",
-                        vdi.size
+                        vdi.size,
+                        name = drove_types::shown(name)
                     )));
                 };
                 let name = name.clone();
@@ -1061,7 +1067,8 @@ impl MetaState {
                 ErrorKind::Locked,
                 format!(
                     "VDI '{name}' is in use (written through node {}); detach it first",
-                    lock.owner
+                    lock.owner,
+                    name = drove_types::shown(name)
                 ),
             )),
             _ => Ok(()),
@@ -1079,7 +1086,7 @@ impl MetaState {
         if self.vdis.contains_key(to) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("VDI '{to}' already exists"),
+                format!("VDI '{to}' already exists", to = drove_types::shown(to)),
             ));
         }
         self.refuse_if_written(name, vdi.id, now)?;
@@ -1107,7 +1114,10 @@ impl MetaState {
                 if l.handover_to.is_some() {
                     return Err((
                         ErrorKind::Locked,
-                        format!("VDI '{vdi}' is being handed over; node {node} may not renew"),
+                        format!(
+                            "VDI '{vdi}' is being handed over; node {node} may not renew",
+                            vdi = drove_types::shown(vdi)
+                        ),
                     ));
                 }
                 l.expires_ms = l.expires_ms.max(expires_ms);
@@ -1129,7 +1139,8 @@ impl MetaState {
                     format!(
                         "VDI '{vdi}' is being written through node {} (lease for {} ms more); {hint}",
                         l.owner,
-                        l.expires_ms - now_ms
+                        l.expires_ms - now_ms,
+                        vdi = drove_types::shown(vdi)
                     ),
                 ));
             }
@@ -1208,7 +1219,10 @@ impl MetaState {
         if self.vdis.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("VDI '{name}' already exists"),
+                format!(
+                    "VDI '{name}' already exists",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         if !object_size.is_power_of_two()
@@ -1380,7 +1394,10 @@ fn check_node(
         ));
     }
     if validate_name(&node.zone).is_err() {
-        return Err(invalid(format!("Bad zone name '{}'", node.zone)));
+        return Err(invalid(format!(
+            "Bad zone name '{}'",
+            drove_types::shown(&node.zone)
+        )));
     }
     if node.weight > MAX_WEIGHT {
         return Err(invalid(format!(

@@ -6,8 +6,10 @@
 //!
 //! It also remembers the results of the last [`RECENT`] requests by [`RequestId`], so
 //! a write retried after an ambiguous failure returns the first result instead of
-//! applying twice. That window is part of the snapshot to stay deterministic.
+//! applying twice; the same id sent with another command is refused (see
+//! [`crate::dedup`]). That window is part of the snapshot to stay deterministic.
 use crate::db::{keys, Db, DbError, KV};
+use crate::dedup::Remembered;
 use crate::state::{invalid, ApplyResult, Command, MetaState, Reply};
 use crate::types::{
     Entry, LogId, RequestId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
@@ -28,7 +30,7 @@ pub(crate) const RECENT: usize = 1024;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct SnapshotBody {
     state: MetaState,
-    recent: VecDeque<(RequestId, ApplyResult)>,
+    recent: VecDeque<Remembered>,
 }
 
 /// The state machine. The state is behind an `Arc` so readers get it without a lock
@@ -38,7 +40,7 @@ pub(crate) struct StateMachine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     state: Arc<MetaState>,
-    recent: VecDeque<(RequestId, ApplyResult)>,
+    recent: VecDeque<Remembered>,
     tx: watch::Sender<Arc<MetaState>>,
 }
 
@@ -75,8 +77,9 @@ impl StateMachine {
         term: u64,
         cmd: &crate::state::Command,
     ) -> ApplyResult {
-        if let Some((_, res)) = self.recent.iter().find(|(r, _)| *r == id) {
-            return res.clone();
+        let digest = crate::dedup::digest(cmd);
+        if let Some(r) = self.recent.iter().find(|r| r.id == id) {
+            return r.answer(digest);
         }
         let judged = match cmd {
             crate::state::Command::JudgeNodeState {
@@ -103,7 +106,11 @@ impl StateMachine {
         if self.recent.len() >= RECENT {
             self.recent.pop_front();
         }
-        self.recent.push_back((id, res.clone()));
+        self.recent.push_back(Remembered {
+            id,
+            result: res.clone(),
+            digest: Some(digest),
+        });
         res
     }
 
@@ -119,7 +126,7 @@ impl StateMachine {
 #[derive(Serialize)]
 struct SnapshotBodyRef<'a> {
     state: &'a MetaState,
-    recent: &'a VecDeque<(RequestId, ApplyResult)>,
+    recent: &'a VecDeque<Remembered>,
 }
 
 fn load_snapshot(db: &Db) -> Result<Option<(SnapshotMeta, Vec<u8>)>, DbError> {

@@ -146,12 +146,13 @@ async fn test_snapshot_installs_elsewhere_and_survives_reopen() {
         expected = (**rx.borrow()).clone();
         assert_eq!(expected.settings.default_copies, 1);
         assert!(expected.map.nodes.contains_key(&NodeId(1)));
-        // A retried request from before the snapshot is still recognised.
+        // A request id from before the snapshot is still recognised: sent with
+        // another command, it is refused, not applied.
         let out = other
             .apply([entry(3, rid(2), Command::SetDefaultCopies(4))])
             .await
             .unwrap();
-        assert_eq!(out[0], Ok(Reply::Done));
+        assert!(out[0].is_err(), "{:?}", out[0]);
         assert_eq!(rx.borrow().settings.default_copies, 1);
     }
     let db = Db::open(&path).unwrap();
@@ -248,4 +249,87 @@ async fn test_a_batch_applies_each_command_on_its_own_and_refuses_nesting_and_ex
         4,
         "nothing of the refused batches applied"
     );
+}
+
+fn create_vdi(name: &str, now: u64) -> Command {
+    Command::CreateVdi {
+        name: name.to_string(),
+        size: 1 << 20,
+        copies: Some(1),
+        mode: drove_types::ReplicationMode::Direct,
+        object_size: drove_types::DEFAULT_OBJECT_SIZE,
+        now,
+        home_zone: None,
+        home_copies: None,
+        policy: Default::default(),
+        max_lag_ms: None,
+        max_lag_bytes: None,
+    }
+}
+
+/// A request id sent again with another command (a user reusing `--request-id`) is
+/// refused, not answered with the first command's result; the same command sent
+/// again (a retry, its proposer's clock later) still gets the first result. The
+/// comparison survives a snapshot.
+#[tokio::test]
+async fn test_a_request_id_reused_for_another_command_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(&dir.path().join("a.redb")).unwrap();
+    let (mut sm, rx) = StateMachine::open(db).unwrap();
+    let delete = |name: &str| Command::DeleteVdi {
+        name: name.to_string(),
+        force: false,
+    };
+    let out = sm
+        .apply([
+            entry(1, rid(1), Command::UpsertNode(node(1))),
+            entry(2, rid(2), create_vdi("pat", 10)),
+            entry(3, rid(3), create_vdi("rq1", 10)),
+            entry(4, rid(3), create_vdi("rq2", 11)),
+            entry(5, rid(3), delete("pat")),
+            // The first command again, proposed a second later: a retry.
+            entry(6, rid(3), create_vdi("rq1", 11)),
+        ])
+        .await
+        .unwrap();
+    let Ok(Reply::Vdi(rq1)) = &out[2] else {
+        panic!("{:?}", out[2]);
+    };
+    assert_eq!(rq1.name, "rq1");
+    for refused in [&out[3], &out[4]] {
+        let (kind, msg) = refused.clone().unwrap_err();
+        assert_eq!(kind, drove_types::ErrorKind::Invalid, "{msg}");
+        assert!(msg.contains("request id"), "{msg}");
+    }
+    assert_eq!(out[5], out[2]);
+    let names: Vec<String> = rx.borrow().vdis.keys().cloned().collect();
+    assert_eq!(names, ["pat", "rq1"]);
+
+    // The same after a snapshot is installed elsewhere.
+    let snap = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let db = Db::open(&dir.path().join("b.redb")).unwrap();
+    let (mut other, rx) = StateMachine::open(db).unwrap();
+    other
+        .install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
+    let out = other
+        .apply([
+            entry(7, rid(3), delete("pat")),
+            entry(8, rid(3), create_vdi("rq1", 12)),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        out[0].clone().unwrap_err().1.contains("request id"),
+        "{:?}",
+        out[0]
+    );
+    assert_eq!(out[1], Ok(Reply::Vdi(rq1.clone())));
+    assert!(rx.borrow().vdis.contains_key("pat"));
 }

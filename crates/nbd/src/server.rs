@@ -228,7 +228,13 @@ impl Server {
                     tokio::spawn(async move {
                         let _slot = slot;
                         if let Err(e) = me.serve_tcp_connection(stream, &peer.to_string()).await {
-                            tracing::info!(%peer, "nbd connection ended: {e}");
+                            // One line per connection anyone who reaches the port
+                            // opens: limited as warnings are (see CONNECTION_LOG).
+                            tracing::info!(
+                                target: drove_types::CONNECTION_LOG,
+                                %peer,
+                                "nbd connection ended: {e}"
+                            );
                         }
                     });
                 }
@@ -261,6 +267,8 @@ impl Server {
                     tokio::spawn(async move {
                         let _slot = slot;
                         if let Err(e) = me.serve_connection(stream, &client).await {
+                            // Not limited: the socket's clients are the local ones
+                            // its file mode lets in, each line about one of them.
                             tracing::info!("nbd unix connection ended: {e}");
                         }
                     });

@@ -3,6 +3,11 @@
 //! layout comes from DIR/cluster.json. Each node's DATA/peer-routes.json sends its
 //! dials to other zones through the WAN proxies; nodes read it at every peer dial
 //! and dial lazily on first I/O, so it is written before any disk is used.
+//!
+//! Every `drove` this runs ([`drove`]) speaks to this cluster with this cluster's
+//! credentials (none: plain HTTP, no token), whatever the user's environment holds
+//! for another cluster (`DROVE_CA`, `DROVE_TOKEN_FILE`, as `drove up` tells users
+//! to export).
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +21,25 @@ use crate::wan;
 
 use drove_types::local_cluster::ClusterFile;
 pub use drove_types::local_cluster::NodeEntry;
+
+/// The variables the CLI takes its cluster and credentials from, cleared for the
+/// bench's own cluster: it names its nodes with `--cluster` and has no CA or token.
+const CLUSTER_ENV: [&str; 4] = [
+    "DROVE_CLUSTER",
+    "DROVE_CA",
+    "DROVE_TOKEN",
+    "DROVE_TOKEN_FILE",
+];
+
+/// `bin` (the drove binary) as a command for this cluster: none of the user's
+/// cluster variables.
+fn drove(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    for var in CLUSTER_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
+}
 
 /// A running local cluster, stopped when dropped.
 #[derive(Debug)]
@@ -46,7 +70,7 @@ impl DroveCluster {
             nodes: Vec::new(),
             stopped: false,
         };
-        let mut cmd = Command::new(bin);
+        let mut cmd = drove(bin);
         // Plain HTTP and NBD: the bench talks to the nodes and qemu-nbd alike.
         cmd.args([
             "up",
@@ -108,7 +132,7 @@ impl DroveCluster {
             .first()
             .ok_or_else(|| anyhow!("Empty cluster"))?
             .admin;
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = drove(&self.bin);
         cmd.args(["vdi", "create", name, &size.to_string()])
             .args(["--copies", &copies.to_string(), "--cluster", admin])
             .args(["--policy", &policy.to_string()])
@@ -125,7 +149,7 @@ impl DroveCluster {
             .first()
             .ok_or_else(|| anyhow!("Empty cluster"))?
             .admin;
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = drove(&self.bin);
         cmd.args(["cluster", "config", "--down-after", &secs.to_string()])
             .args(["--cluster", admin])
             .stdin(Stdio::null());
@@ -160,7 +184,7 @@ impl DroveCluster {
         if !self.dir.join("cluster.json").exists() {
             return;
         }
-        let r = Command::new(&self.bin)
+        let r = drove(&self.bin)
             .args(["down", "--dir"])
             .arg(&self.dir)
             .stdin(Stdio::null())

@@ -7,13 +7,17 @@
 mod error;
 mod ids;
 pub mod local_cluster;
+mod log_target;
 mod map;
+mod shown;
 mod size;
 mod vdi;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
+pub use log_target::CONNECTION_LOG;
 pub use map::{ClusterMap, NodeInfo, NodeState};
+pub use shown::{shown, Shown, SHOWN_CHARS};
 pub use size::{format_size, parse_size};
 pub use vdi::{
     is_kept, kept_name, kept_original, validate_client_names, validate_max_lag, validate_name, PastHome, ReplicationMode, VdiInfo,

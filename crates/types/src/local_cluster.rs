@@ -23,12 +23,12 @@ pub struct NodeEntry {
     pub pid: u32,
     /// The node's TLS directory (`drove node run --tls-dir`), for a cluster started
     /// by `drove up` (unless --no-tls).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub tls_dir: Option<String>,
     /// The admin API token file (`drove node run --admin-token-file`), for a
     /// cluster started with `drove up --auth`; the CLI sends its content when
     /// DROVE_TOKEN_FILE names it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub admin_token_file: Option<String>,
 }
 
@@ -54,6 +54,6 @@ pub struct ClusterFile {
     /// Nodes in start order.
     pub nodes: Vec<NodeEntry>,
     /// The cluster's certificates, when NBD runs over TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub tls: Option<ClusterTls>,
 }

@@ -1,12 +1,12 @@
-//! Human sizes: `512`, `4K`, `1.5G`, `2T` (powers of 1024), and back.
+//! Human sizes: `512`, `4K`, `1.5G`, `2T`, `1P` (powers of 1024), and back.
 use crate::{Error, Result};
 
-/// Parse a size with an optional K/M/G/T suffix (binary units; `B`, `iB` accepted).
+/// Parse a size with an optional K/M/G/T/P suffix (binary units; `B`, `iB` accepted).
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let bad = || {
         Error::invalid(format!(
-            "Bad size '{s}': use a number with an optional K, M, G or T suffix, like 10G"
+            "Bad size '{s}': use a number with an optional K, M, G, T or P suffix, like 10G"
         ))
     };
     let upper = t.to_ascii_uppercase();
@@ -19,6 +19,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
         Some('M') => (&body[..body.len() - 1], 1 << 20),
         Some('G') => (&body[..body.len() - 1], 1 << 30),
         Some('T') => (&body[..body.len() - 1], 1 << 40),
+        Some('P') => (&body[..body.len() - 1], 1 << 50),
         Some(_) => (body, 1),
         None => return Err(bad()),
     };
@@ -39,7 +40,8 @@ pub fn parse_size(s: &str) -> Result<u64> {
 
 /// Format bytes with the largest binary unit that keeps one decimal, like `1.5G`.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
+    const UNITS: [(&str, u64); 5] = [
+        ("P", 1 << 50),
         ("T", 1 << 40),
         ("G", 1 << 30),
         ("M", 1 << 20),
@@ -68,6 +70,15 @@ mod tests {
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
         assert_eq!(parse_size("2T").unwrap(), 2 << 40);
+    }
+
+    #[test]
+    fn test_parse_size_takes_pebibytes() {
+        assert_eq!(parse_size("1P").unwrap(), 1 << 50);
+        assert_eq!(parse_size("1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_size("0.5p").unwrap(), 1 << 49);
+        assert_eq!(format_size(1 << 50), "1P");
+        assert_eq!(format_size(3 << 49), "1.5P");
     }
 
     #[test]

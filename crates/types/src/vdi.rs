@@ -133,11 +133,14 @@ pub fn validate_client_names(names: &[String]) -> Result<()> {
             return Err(Error::invalid(format!(
                 "Bad client name '{}': 1 to {MAX_CLIENT_NAME} bytes without control \
                  characters (the common name of the client's certificate)",
-                n.escape_default()
+                crate::shown(n)
             )));
         }
         if !seen.insert(n) {
-            return Err(Error::invalid(format!("Client name '{n}' is given twice")));
+            return Err(Error::invalid(format!(
+                "Client name '{n}' is given twice",
+                n = crate::shown(n)
+            )));
         }
     }
     Ok(())
@@ -198,14 +201,14 @@ pub struct VdiInfo {
     /// to another zone or a promotion moves the home at a new map epoch, and the
     /// objects are placed by the home of the map's epoch ([`VdiInfo::home_at`]), so
     /// recovery can tell who held what before the move.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub past_homes: Vec<PastHome>,
     /// The clients allowed to attach this VDI over NBD on TCP, by the common name
     /// of their certificate (`drove vdi access`); empty: any client the port lets
     /// in. A plaintext TCP client has no name and is refused when the list is not
     /// empty. The unix socket is not concerned: its file permissions decide. Its
     /// snapshots and clones start with the same list.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub nbd_clients: Vec<String>,
 }
 
@@ -306,7 +309,8 @@ pub fn validate_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::invalid(format!(
-            "Bad VDI name '{name}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+            "Bad VDI name '{name}': use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+            name = crate::shown(name)
         )))
     }
 }

@@ -95,17 +95,20 @@ impl MetaState {
         let v = self.vdis.get(name).ok_or_else(|| no_vdi(name))?;
         if v.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot: it is read-only and has nothing to promote"
+                "'{name}' is a snapshot: it is read-only and has nothing to promote",
+                name = drove_types::shown(name)
             )));
         }
         let Some(home) = v.home_zone.clone() else {
             return Err(invalid(format!(
-                "VDI '{name}' has no home zone yet: its first writer's zone becomes it"
+                "VDI '{name}' has no home zone yet: its first writer's zone becomes it",
+                name = drove_types::shown(name)
             )));
         };
         if home == zone {
             return Err(invalid(format!(
-                "Zone {zone} is already the home zone of VDI '{name}'"
+                "Zone {zone} is already the home zone of VDI '{name}'",
+                name = drove_types::shown(name)
             )));
         }
         if !self.map.nodes.values().any(|n| n.zone == zone) {
@@ -125,7 +128,8 @@ impl MetaState {
                 ErrorKind::Locked,
                 format!(
                     "The home zone {home} of VDI '{name}' still has nodes up: move the VDI with \
-                     drove vdi handover (it loses nothing) instead of promote"
+                     drove vdi handover (it loses nothing) instead of promote",
+                    name = drove_types::shown(name)
                 ),
             ));
         }

@@ -30,7 +30,10 @@ impl MetaState {
         if self.vdis.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("VDI '{name}' already exists"),
+                format!(
+                    "VDI '{name}' already exists",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         Ok(())
@@ -63,7 +66,10 @@ impl MetaState {
         out
     }
 
-    /// Refuse to remove VDI `name` (id `id`) while clones read from it.
+    /// Refuse to remove VDI `name` (id `id`) while clones read from it: `Invalid`,
+    /// since what the request asks cannot be done while they do (`Locked` means
+    /// that another node writes the VDI, and the delete waited for that lock to
+    /// come free).
     pub(super) fn refuse_if_parent(
         &self,
         name: &str,
@@ -74,10 +80,11 @@ impl MetaState {
             return Ok(());
         }
         Err((
-            ErrorKind::Locked,
+            ErrorKind::Invalid,
             format!(
                 "VDI '{name}' has clones that read from it: {}. Delete them first, or flatten them (drove vdi delete {name} --flatten)",
-                children.join(", ")
+                children.join(", "),
+                name = drove_types::shown(name)
             ),
         ))
     }
@@ -101,14 +108,18 @@ impl MetaState {
         let old = self.vdis.get(name).cloned().ok_or_else(|| no_vdi(name))?;
         if old.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot already (read-only); clone it to get a disk: drove vdi clone {name} NEW"
+                "'{name}' is a snapshot already (read-only); clone it to get a disk: drove vdi clone {name} NEW",
+                name = drove_types::shown(name)
             )));
         }
         self.check_new_name(snap)?;
         if let Some(owner) = self.live_lock_of_other(old.id, Some(by), now_ms) {
             return Err((
                 ErrorKind::Locked,
-                format!("VDI '{name}' is being written through node {owner}: the snapshot must be taken there"),
+                format!(
+                    "VDI '{name}' is being written through node {owner}: the snapshot must be taken there",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         let id = self.take_vdi_id()?;
@@ -159,7 +170,8 @@ impl MetaState {
             .ok_or_else(|| no_vdi(snap))?;
         if !parent.snapshot {
             return Err(invalid(format!(
-                "'{snap}' is not a snapshot, and a clone must read from a frozen image: take one first (drove vdi snapshot {snap} SNAP), then clone SNAP"
+                "'{snap}' is not a snapshot, and a clone must read from a frozen image: take one first (drove vdi snapshot {snap} SNAP), then clone SNAP",
+                snap = drove_types::shown(snap)
             )));
         }
         self.check_new_name(name)?;
@@ -215,18 +227,24 @@ impl MetaState {
             .ok_or_else(|| no_vdi(snap))?;
         if old.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot (read-only): roll back the VDI it was taken of"
+                "'{name}' is a snapshot (read-only): roll back the VDI it was taken of",
+                name = drove_types::shown(name)
             )));
         }
         if !self.ancestors(&old).iter().any(|a| a.id == target.id) {
             return Err(invalid(format!(
-                "'{snap}' is not a snapshot of '{name}' (see drove vdi tree)"
+                "'{snap}' is not a snapshot of '{name}' (see drove vdi tree)",
+                name = drove_types::shown(name),
+                snap = drove_types::shown(snap)
             )));
         }
         if let Some(owner) = self.live_lock_of_other(old.id, None, now_ms) {
             return Err((
                 ErrorKind::Locked,
-                format!("VDI '{name}' is in use (written through node {owner}); detach it first"),
+                format!(
+                    "VDI '{name}' is in use (written through node {owner}); detach it first",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         let id = self.take_vdi_id()?;
@@ -249,7 +267,10 @@ impl MetaState {
         if vdi.id != id {
             return Err((
                 ErrorKind::Unavailable,
-                format!("VDI '{name}' changed (snapshot or rollback) while it was flattened; flatten it again"),
+                format!(
+                    "VDI '{name}' changed (snapshot or rollback) while it was flattened; flatten it again",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         let parent = vdi.parent.take();

@@ -169,6 +169,12 @@ fn test_a_snapshot_others_read_from_is_deleted_by_name_and_kept_for_them() {
     assert!(s.vdis.contains_key(&key), "base's new snapshot still reads from it");
     flattened(&mut s, "gold");
     assert!(!s.vdis.contains_key(&key), "kept with nothing reading from it");
+    // A flatten recorded for a stale id is refused (the VDI changed meanwhile).
+    let stale = Command::Flattened {
+        name: "c1".into(),
+        id: gold.id,
+    };
+    assert_eq!(s.apply(&stale, 300).unwrap_err().0, ErrorKind::Unavailable);
 }
 
 #[test]

@@ -26,7 +26,8 @@ impl MetaState {
         let v = self.vdis.get(vdi).ok_or_else(|| no_vdi(vdi))?;
         if v.snapshot {
             return Err(invalid(format!(
-                "'{vdi}' is a snapshot: it is read-only and has no write lock"
+                "'{vdi}' is a snapshot: it is read-only and has no write lock",
+                vdi = drove_types::shown(vdi)
             )));
         }
         let id = v.id;
@@ -70,7 +71,8 @@ impl MetaState {
                 ErrorKind::Locked,
                 format!(
                     "VDI '{vdi}': the write lock of node {node} was broken by an operator \
-                     (drove vdi lock break); its clients must attach again"
+                     (drove vdi lock break); its clients must attach again",
+                    vdi = drove_types::shown(vdi)
                 ),
             ));
         }

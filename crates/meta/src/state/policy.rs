@@ -36,7 +36,8 @@ impl MetaState {
         };
         if vdi.snapshot {
             return Err(invalid(format!(
-                "'{name}' is a snapshot (read-only): change the VDI it was taken of, or a clone of it"
+                "'{name}' is a snapshot (read-only): change the VDI it was taken of, or a clone of it",
+                name = drove_types::shown(name)
             )));
         }
         if policy.is_none()
@@ -46,12 +47,14 @@ impl MetaState {
             && !reset_bytes
         {
             return Err(invalid(format!(
-                "Nothing to change for VDI '{name}': give a policy, a lag bound in ms or one in bytes"
+                "Nothing to change for VDI '{name}': give a policy, a lag bound in ms or one in bytes",
+                name = drove_types::shown(name)
             )));
         }
         if (reset_ms && max_lag_ms.is_some()) || (reset_bytes && max_lag_bytes.is_some()) {
             return Err(invalid(format!(
-                "VDI '{name}': a lag bound is given and reset to its default at once"
+                "VDI '{name}': a lag bound is given and reset to its default at once",
+                name = drove_types::shown(name)
             )));
         }
         validate_max_lag(max_lag_ms, max_lag_bytes)

@@ -83,3 +83,14 @@ fn test_roles_are_ordered_and_named_as_the_cli_takes_them() {
         assert_eq!(json, format!("\"{}\"", r.name()));
     }
 }
+
+/// A token may be named as a client certificate may (`drove cert client --name`
+/// takes `@`): the certificate of that name has the token's role.
+#[test]
+fn test_a_token_may_be_named_like_a_certificate_with_an_at_sign() {
+    let mut s = MetaState::default();
+    s.apply(&add("alice@example.com", Role::ReadOnly, &hash('a')), 1)
+        .unwrap();
+    assert_eq!(s.tokens["alice@example.com"].role, Role::ReadOnly);
+    assert!(super::tokens::check_token_name("a@b").is_ok());
+}

@@ -46,13 +46,20 @@ pub const MAX_TOKENS: usize = 1000;
 /// Longest token name.
 pub const MAX_TOKEN_NAME: usize = 64;
 
-/// Why `name` cannot name a token, if it cannot.
+/// Why `name` cannot name a token, if it cannot. The rule is the one for the
+/// names of client certificates (`drove cert client --name`: 1 to 64 letters,
+/// digits, `-`, `_`, `.` or `@`), since a client certificate has the role of the
+/// token of its name: a certificate of a person is usually named by an address
+/// (`alice@example.com`), and a token could not be named so. `@` is safe where
+/// the name goes: a path segment of the admin API (`/api/tokens/NAME`), JSON and
+/// messages.
 pub fn check_token_name(name: &str) -> Result<(), String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@');
     if name.is_empty() || name.len() > MAX_TOKEN_NAME || !name.chars().all(ok_char) {
         return Err(format!(
-            "Bad token name '{}': use 1 to {MAX_TOKEN_NAME} letters, digits, '-', '_' or '.'",
-            name.escape_debug()
+            "Bad token name '{}': use 1 to {MAX_TOKEN_NAME} letters, digits, '-', '_', '.' or '@' \
+             (as the name of the client certificate it gives a role)",
+            drove_types::shown(name)
         ));
     }
     Ok(())
@@ -77,7 +84,10 @@ impl MetaState {
         if self.tokens.contains_key(name) {
             return Err((
                 ErrorKind::AlreadyExists,
-                format!("A token named '{name}' exists; delete it first"),
+                format!(
+                    "A token named '{name}' exists; delete it first",
+                    name = drove_types::shown(name)
+                ),
             ));
         }
         if self.tokens.values().any(|t| t.sha256 == sha256) {
@@ -103,7 +113,10 @@ impl MetaState {
     pub(super) fn remove_token(&mut self, name: &str) -> ApplyResult {
         match self.tokens.remove(name) {
             Some(_) => Ok(Reply::Done),
-            None => Err((ErrorKind::NotFound, format!("No token named '{name}'"))),
+            None => Err((
+                ErrorKind::NotFound,
+                format!("No token named '{name}'", name = drove_types::shown(name)),
+            )),
         }
     }
 
