@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::client::{print_json, Ctx};
 use crate::diff_format::{changed_runs, plan, write_record, DiffReader, Plan, Record, MAGIC};
-use crate::nbd_client::{target_of, NbdClient};
+use crate::nbd_client::NbdClient;
+use crate::nbd_target::target_of;
 use crate::qemu_img::Progress;
 use crate::vdi_cmd::encode;
 
@@ -49,7 +50,8 @@ pub struct ExportDiffArgs {
     #[arg(long)]
     pub force: bool,
     /// Id of the node whose NBD server is read (its unix socket when it exists on
-    /// this host, else its TCP port) [default: the --cluster node].
+    /// this host, else its TCP port, with TLS when DROVE_CA holds a client
+    /// certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
@@ -72,7 +74,9 @@ pub struct ImportDiffArgs {
     /// omitted).
     #[arg(long)]
     pub copies: Option<u8>,
-    /// Id of the node whose NBD server is written [default: the --cluster node].
+    /// Id of the node whose NBD server is written (its unix socket when it exists
+    /// on this host, else its TCP port, with TLS when DROVE_CA holds a client
+    /// certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
@@ -86,6 +90,8 @@ struct DiffSummary {
     to: String,
     file: String,
     node: u64,
+    /// How the data reached the node: `unix`, `tcp` or `tls`.
+    via: &'static str,
     /// Objects read and compared (export) or VDI size (import: 0).
     objects: u64,
     /// Bytes of data records.
@@ -291,6 +297,7 @@ pub async fn export_diff(a: ExportDiffArgs, ctx: &Ctx) -> Result<()> {
         to: plan.to.name,
         file: a.file.display().to_string(),
         node: node.id.0,
+        via: node.target.via(),
         objects: objects.len() as u64,
         data_bytes,
         zero_bytes,
@@ -495,6 +502,7 @@ pub async fn import_diff(a: ImportDiffArgs, ctx: &Ctx) -> Result<()> {
         to: header.to,
         file: shown,
         node: node.id.0,
+        via: node.target.via(),
         objects: 0,
         data_bytes,
         zero_bytes,

@@ -19,6 +19,7 @@ mod log_limit;
 mod logging;
 mod move_cmd;
 mod nbd_client;
+mod nbd_target;
 mod node_cmd;
 mod node_config;
 mod policy_cmd;
