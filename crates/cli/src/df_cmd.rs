@@ -287,7 +287,7 @@ pub async fn vdi_du(ctx: &Ctx, name: Option<&str>) -> Result<()> {
                 bail!("No VDI named '{n}'");
             };
             // NAME, then its parents up the chain.
-            crate::diff_format::chain(&vdis, v)
+            crate::diff_plan::chain(&vdis, v)
         }
     };
     let s = survey(ctx).await?;

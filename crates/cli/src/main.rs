@@ -10,6 +10,8 @@ mod cluster_cmd;
 mod df_cmd;
 mod diff_cmd;
 mod diff_format;
+mod diff_import;
+mod diff_plan;
 mod gen_cmd;
 mod heal_cmd;
 mod lineage_cmd;

@@ -211,7 +211,10 @@ fn test_import_export_and_diffs_without_the_unix_socket_go_over_tls() {
     ));
     assert_eq!(s["via"], "tls", "{s}");
     let s = json(&ok(
-        c.drove(1, &["vdi", "import-diff", p(&inc), "r", "--json"]),
+        c.drove(
+            1,
+            &["vdi", "import-diff", p(&inc), "r", "--base", "r1", "--json"],
+        ),
         "import the incremental diff",
     ));
     gone();
