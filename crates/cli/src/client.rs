@@ -3,7 +3,7 @@ use crate::addr::ClusterAddr;
 use anyhow::{anyhow, Result};
 use drove_daemon::api::{ApiError, ClientRequestId, REQUEST_ID_HEADER};
 use serde::{de::DeserializeOwned, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,6 +155,9 @@ pub struct Ctx {
     http: reqwest::Client,
     /// HTTPS trusting the cluster's CA (`DROVE_CA`); `None`: plain HTTP.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// `DROVE_CA` / `--ca` as given (a file or a directory): NBD over TCP takes its
+    /// client certificate from there ([`Ctx::nbd_tls_dir`]).
+    ca: Option<PathBuf>,
     /// Why the admin API token or the CA could not be read (a bad DROVE_TOKEN_FILE
     /// or DROVE_CA): reported by the first command that asks the cluster, like a
     /// bad cluster address.
@@ -191,6 +194,7 @@ impl Ctx {
             json,
             http,
             tls,
+            ca: ca.map(Path::to_path_buf),
             token_error,
             request: request.unwrap_or_else(|| ClientRequestId {
                 client: random_u64(),
@@ -207,15 +211,36 @@ impl Ctx {
     /// command that runs its own cluster (`drove up` with its DIR/tls and token).
     pub fn for_own_cluster(&self, token: Option<String>, ca_dir: Option<&Path>) -> Result<Ctx> {
         let tls = admin_tls(ca_dir).map_err(|e| anyhow!("{e}"))?;
+        self.rebuilt(token, tls, ca_dir.map(Path::to_path_buf))
+    }
+
+    fn rebuilt(
+        &self,
+        token: Option<String>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        ca: Option<PathBuf>,
+    ) -> Result<Ctx> {
         Ok(Ctx {
             cluster: self.cluster.clone(),
             json: self.json,
             http: http_client(token.as_deref(), tls.as_ref()).map_err(|e| anyhow!("{e}"))?,
             tls,
+            ca,
             token_error: None,
             request: self.request,
             calls: AtomicU64::new(self.calls.load(Ordering::Relaxed)),
         })
+    }
+
+    /// The directory of `DROVE_CA` / `--ca` when it holds a client certificate
+    /// (`ca-cert.pem`, `client-cert.pem`, `client-key.pem`, the names QEMU and libnbd
+    /// read): NBD over TCP then speaks TLS with it. `None` for a CA file, or a
+    /// directory without a client certificate.
+    pub(crate) fn nbd_tls_dir(&self) -> Option<&Path> {
+        let dir = self.ca.as_deref().filter(|d| d.is_dir())?;
+        let id = drove_tls::Identity::client(dir);
+        (dir.join(drove_tls::CA_CERT).is_file() && id.cert.is_file() && id.key.is_file())
+            .then_some(dir)
     }
 
     /// The request id of the next change.

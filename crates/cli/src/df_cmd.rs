@@ -290,7 +290,7 @@ pub async fn vdi_du(ctx: &Ctx, name: Option<&str>) -> Result<()> {
                 )));
             };
             // NAME, then its parents up the chain.
-            crate::diff_format::chain(&vdis, v)
+            crate::diff_plan::chain(&vdis, v)
         }
     };
     let s = survey(ctx).await?;

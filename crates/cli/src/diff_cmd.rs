@@ -11,24 +11,27 @@
 //! changed 1 GiB between two snapshots thus gives a diff of about 1 GiB, whatever its
 //! size; reading costs the changed objects, from both snapshots.
 //!
-//! import-diff writes the blocks into a VDI through NBD, then flushes; a full diff
-//! (made without --from) creates the VDI. Applying a diff twice is harmless (every
-//! record is absolute), so a failed import is finished by running it again.
+//! An incremental diff records its base: for every object it changes, the SHA-256 of
+//! what FROM held there. import-diff ([`crate::diff_import`]) checks the VDI it writes
+//! against that, and the whole file against its checksums, before writing anything.
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use drove_daemon::api::{self, CreateVdi, LocalObjects, Snapshotted, Status, VdiDetail};
-use drove_types::{format_size, validate_name, NodeState, VdiInfo};
+use drove_daemon::api::{LocalObjects, Status};
+use drove_types::{format_size, NodeState, VdiId, VdiInfo};
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::client::{print_json, Ctx};
-use crate::diff_format::{changed_runs, plan, write_record, DiffReader, Plan, Record, MAGIC};
-use crate::nbd_client::{target_of, NbdClient};
+use crate::diff_format::{sha256, DiffWriter, Header, Snap, Totals};
+use crate::diff_plan::{changed_runs, plan, Plan, Run};
+use crate::nbd_client::NbdClient;
+use crate::nbd_target::target_of;
 use crate::qemu_img::Progress;
-use crate::vdi_cmd::encode;
+
+pub use crate::diff_import::import_diff;
 
 /// `drove vdi export-diff NAME --from SNAP1 --to SNAP2 FILE`.
 #[derive(Args)]
@@ -49,7 +52,8 @@ pub struct ExportDiffArgs {
     #[arg(long)]
     pub force: bool,
     /// Id of the node whose NBD server is read (its unix socket when it exists on
-    /// this host, else its TCP port) [default: the --cluster node].
+    /// this host, else its TCP port, with TLS when DROVE_CA holds a client
+    /// certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
@@ -57,51 +61,66 @@ pub struct ExportDiffArgs {
 /// `drove vdi import-diff FILE NAME`.
 #[derive(Args)]
 pub struct ImportDiffArgs {
-    /// A diff export-diff wrote, or `-` for stdin.
+    /// A diff export-diff wrote, or `-` for stdin (kept in a temporary file first:
+    /// the whole diff is checked before anything is written).
     pub file: PathBuf,
-    /// The VDI to apply it to. A full diff creates it (it must not exist); an
-    /// incremental one applies to the VDI that holds what its --from snapshot held
-    /// (the VDI the diffs before it were applied to, in order: import-diff cannot
-    /// check that).
+    /// The VDI to apply it to. A full diff (made without --from) creates it: it
+    /// must not exist. An incremental diff applies only to a VDI unchanged since a
+    /// snapshot that holds what the diff's --from held (see --base); it is checked
+    /// before anything is written.
     pub name: String,
-    /// Then take a snapshot of NAME with this name (the base the next incremental
-    /// diff applies to, e.g. named as the diff's --to).
+    /// The snapshot of NAME that holds what the diff's --from snapshot held: NAME
+    /// must have been taken from it and not written since [default: the snapshot
+    /// named as the diff's --from]. Where the diff changes the disk, NAME must hold
+    /// exactly the bytes --from held (the diff carries their checksums).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Then take a snapshot of NAME with this name: the --base of the next
+    /// incremental diff.
     #[arg(long)]
     pub snapshot: Option<String>,
     /// Copies of the VDI a full diff creates (1..=5; the cluster default when
     /// omitted).
     #[arg(long)]
     pub copies: Option<u8>,
-    /// Id of the node whose NBD server is written [default: the --cluster node].
+    /// Id of the node whose NBD server is written (its unix socket when it exists
+    /// on this host, else its TCP port, with TLS when DROVE_CA holds a client
+    /// certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
 
 /// What `--json` prints and the summary line says.
 #[derive(Serialize)]
-struct DiffSummary {
-    op: &'static str,
-    vdi: String,
-    from: Option<String>,
-    to: String,
-    file: String,
-    node: u64,
+pub(crate) struct DiffSummary {
+    pub(crate) op: &'static str,
+    pub(crate) vdi: String,
+    pub(crate) from: Option<String>,
+    pub(crate) to: String,
+    pub(crate) file: String,
+    pub(crate) node: u64,
+    /// How the data reached the node: `unix`, `tcp` or `tls`.
+    pub(crate) via: &'static str,
     /// Objects read and compared (export) or VDI size (import: 0).
-    objects: u64,
+    pub(crate) objects: u64,
     /// Bytes of data records.
-    data_bytes: u64,
+    pub(crate) data_bytes: u64,
     /// Bytes the zero records cover.
-    zero_bytes: u64,
+    pub(crate) zero_bytes: u64,
     /// Size of the diff file.
-    file_bytes: u64,
-    seconds: f64,
+    pub(crate) file_bytes: u64,
+    pub(crate) seconds: f64,
+    /// The snapshot of the VDI checked as the diff's base (import of an
+    /// incremental diff).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) base: Option<String>,
     /// The snapshot taken after an import.
     #[serde(skip_serializing_if = "Option::is_none")]
-    snapshot: Option<String>,
+    pub(crate) snapshot: Option<String>,
 }
 
 impl DiffSummary {
-    fn print(&self, ctx: &Ctx) -> Result<()> {
+    pub(crate) fn print(&self, ctx: &Ctx) -> Result<()> {
         // Under `-` the diff itself is on stdout: the summary goes to stderr.
         let to_stderr = self.file == "-" && self.op == "export-diff";
         if ctx.json {
@@ -127,13 +146,16 @@ impl DiffSummary {
                 self.seconds
             ),
             _ => format!(
-                "Applied {} ('{}' {}) to '{}': {} of data, {} of zeros, in {:.1} s",
+                "Applied {} ('{}' {}) to '{}'{}: {} of data, {} of zeros, in {:.1} s",
                 self.file,
                 self.to,
                 self.from
                     .as_deref()
                     .map_or("in full".to_string(), |f| format!("since '{f}'")),
                 self.vdi,
+                self.base
+                    .as_deref()
+                    .map_or(String::new(), |b| format!(", checked on its base '{b}'")),
                 format_size(self.data_bytes),
                 format_size(self.zero_bytes),
                 self.seconds
@@ -151,21 +173,18 @@ impl DiffSummary {
     }
 }
 
-/// Every object index of `plan`'s ids that some up node stores. A node that does
-/// not answer makes this fail: an object only it stores would be missing from the
-/// diff.
-async fn changed_objects(ctx: &Ctx, plan: &Plan) -> Result<BTreeSet<u32>> {
+/// Every object index of `ids` that some up node stores. A node that does not
+/// answer makes this fail (`why`: what would be missed without its list).
+pub(crate) async fn stored_objects(ctx: &Ctx, ids: &[VdiId], why: &str) -> Result<BTreeSet<u32>> {
     let s: Status = ctx.get("/api/status").await?;
     let mut out = BTreeSet::new();
-    let ids: Vec<String> = plan.ids.iter().map(|id| id.0.to_string()).collect();
+    let ids: Vec<String> = ids.iter().map(|id| id.0.to_string()).collect();
     let path = format!("/api/local/objects?vdis={}", ids.join(","));
     for n in s.map.nodes.values().filter(|n| n.state == NodeState::Up) {
-        let got: LocalObjects = ctx.get_at(&n.admin_addr, &path).await.with_context(|| {
-            format!(
-                "Node {} did not list its objects: without it the diff could miss some",
-                n.id
-            )
-        })?;
+        let got: LocalObjects = ctx
+            .get_at(&n.admin_addr, &path)
+            .await
+            .with_context(|| format!("Node {} did not list its objects: {why}", n.id))?;
         out.extend(got.vdis.into_values().flatten());
     }
     Ok(out)
@@ -242,9 +261,11 @@ fn finish_out(out: Out) -> Result<()> {
 
 pub async fn export_diff(a: ExportDiffArgs, ctx: &Ctx) -> Result<()> {
     let t0 = Instant::now();
-    let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
+    // Confirmed current: a snapshot taken a moment ago through another node counts.
+    let vdis: Vec<VdiInfo> = ctx.get_consistent("/api/vdis").await?;
     let plan = plan(&vdis, &a.name, a.from.as_deref(), &a.to)?;
-    let objects = changed_objects(ctx, &plan).await?;
+    let why = "without it the diff could miss some";
+    let objects = stored_objects(ctx, &plan.ids, why).await?;
     let node = target_of(ctx, a.node).await?;
     let mut to_c = NbdClient::connect(&node.target, &plan.to.name).await?;
     if to_c.size() != plan.to.size {
@@ -270,7 +291,7 @@ pub async fn export_diff(a: ExportDiffArgs, ctx: &Ctx) -> Result<()> {
         ctx.json,
     )
     .await;
-    let (data_bytes, zero_bytes, file_bytes) = match res {
+    let totals = match res {
         Ok(v) => v,
         Err(e) => {
             if let Out::File { tmp, .. } = &out {
@@ -291,18 +312,31 @@ pub async fn export_diff(a: ExportDiffArgs, ctx: &Ctx) -> Result<()> {
         to: plan.to.name,
         file: a.file.display().to_string(),
         node: node.id.0,
+        via: node.target.via(),
         objects: objects.len() as u64,
-        data_bytes,
-        zero_bytes,
-        file_bytes,
+        data_bytes: totals.data_bytes,
+        zero_bytes: totals.zero_bytes,
+        file_bytes: totals.file_bytes,
         seconds: t0.elapsed().as_secs_f64(),
+        base: None,
         snapshot: None,
     }
     .print(ctx)
 }
 
-/// Read each of `objects` from TO (and FROM), write the blocks that differ;
-/// (data bytes, zero bytes, file bytes).
+/// A snapshot as a diff records it.
+fn snap_of(v: &VdiInfo) -> Snap {
+    Snap {
+        name: v.name.clone(),
+        id: v.id.0,
+        size: v.size,
+        created: v.created,
+    }
+}
+
+/// Read each of `objects` from TO (and FROM) and write the blocks that differ,
+/// each changed object of an incremental diff preceded by the checksum of what FROM
+/// holds there.
 async fn write_diff(
     plan: &Plan,
     objects: &BTreeSet<u32>,
@@ -310,22 +344,21 @@ async fn write_diff(
     mut from_c: Option<&mut NbdClient>,
     w: &mut dyn Write,
     json: bool,
-) -> Result<(u64, u64, u64)> {
+) -> Result<Totals> {
     let io = |e: std::io::Error| anyhow!("Cannot write the diff: {e}");
     let size = plan.to.size;
     let os = u64::from(plan.to.object_size);
-    let mut file_bytes = w.write_all(MAGIC).map(|_| MAGIC.len() as u64).map_err(io)?;
-    if let Some(f) = &plan.from {
-        file_bytes += write_record(w, &Record::From(f.name.clone())).map_err(io)?;
-    }
-    file_bytes += write_record(w, &Record::To(plan.to.name.clone())).map_err(io)?;
-    file_bytes += write_record(w, &Record::Size(size)).map_err(io)?;
+    let header = Header {
+        from: plan.from.as_ref().map(snap_of),
+        to: snap_of(&plan.to),
+        object_size: plan.to.object_size,
+    };
+    let mut d = DiffWriter::new(w, &header).map_err(io)?;
     let on = std::io::stderr().is_terminal() && !json;
     let total = objects.len() as u64 * os;
     let mut progress = Progress::new(total, "export-diff", on);
     let mut new = vec![0u8; os as usize];
     let mut old = vec![0u8; os as usize];
-    let (mut data_bytes, mut zero_bytes) = (0u64, 0u64);
     for (i, &idx) in objects.iter().enumerate() {
         let start = u64::from(idx) * os;
         if start >= size {
@@ -341,236 +374,20 @@ async fn write_diff(
                 c.read(start, &mut old[..n]).await?;
             }
         }
-        for run in changed_runs(&new[..len], old) {
-            let rec = match run {
-                Record::Data { offset, data } => {
-                    data_bytes += data.len() as u64;
-                    Record::Data {
-                        offset: start + offset,
-                        data,
-                    }
-                }
-                Record::Zero { offset, len } => {
-                    zero_bytes += len;
-                    Record::Zero {
-                        offset: start + offset,
-                        len,
-                    }
-                }
-                other => other,
-            };
-            file_bytes += write_record(w, &rec).map_err(io)?;
+        let runs = changed_runs(&new[..len], old);
+        if !runs.is_empty() && plan.from.is_some() {
+            d.base(start, len as u64, &sha256(old)).map_err(io)?;
+        }
+        for run in runs {
+            match run {
+                Run::Data { offset, data } => d.data(start + offset, &data),
+                Run::Zero { offset, len } => d.zero(start + offset, len),
+            }
+            .map_err(io)?;
         }
         progress.update((i + 1) as f64 * 100.0 / objects.len().max(1) as f64);
     }
-    file_bytes += write_record(w, &Record::End).map_err(io)?;
+    let (_, totals) = d.finish().map_err(io)?;
     progress.finish();
-    Ok((data_bytes, zero_bytes, file_bytes))
-}
-
-pub async fn import_diff(a: ImportDiffArgs, ctx: &Ctx) -> Result<()> {
-    let t0 = Instant::now();
-    validate_name(&a.name)?;
-    if let Some(s) = &a.snapshot {
-        validate_name(s)?;
-    }
-    if let Some(c) = a.copies {
-        if c == 0 || c > drove_types::MAX_COPIES {
-            bail!("Bad --copies {c}: use 1 to {}", drove_types::MAX_COPIES);
-        }
-    }
-    let shown = a.file.display().to_string();
-    let (input, total): (Box<dyn Read + Send>, Option<u64>) = if a.file.as_os_str() == "-" {
-        (Box::new(std::io::stdin()), None)
-    } else {
-        let f = std::fs::File::open(&a.file).with_context(|| format!("Cannot read '{shown}'"))?;
-        let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), len)
-    };
-    let (mut reader, header) = DiffReader::open(std::io::BufReader::with_capacity(1 << 20, input))
-        .with_context(|| format!("Cannot read '{shown}'"))?;
-    let vdis: Vec<VdiInfo> = ctx.get("/api/vdis").await?;
-    let existing = vdis.iter().find(|v| v.name == a.name);
-    let mut created = false;
-    match (existing, &header.from) {
-        (Some(_), None) => bail!(
-            "'{shown}' is a full diff (of '{}'), applied only to a new VDI: '{}' exists; choose another NAME",
-            header.to,
-            a.name
-        ),
-        (None, Some(f)) => bail!(
-            "'{shown}' holds only what changed since snapshot '{f}': apply it to the VDI the diffs before it were applied to; there is no VDI '{}'",
-            a.name
-        ),
-        (Some(v), Some(_)) => {
-            if v.snapshot {
-                bail!("'{}' is a snapshot (read-only)", a.name);
-            }
-            if v.size > header.size {
-                bail!(
-                    "'{}' is {} bytes, larger than the diff's '{}' ({} bytes): it is not the VDI this diff belongs to",
-                    a.name,
-                    v.size,
-                    header.to,
-                    header.size
-                );
-            }
-            if v.size < header.size {
-                let _: VdiDetail = ctx
-                    .post(
-                        &format!("/api/vdis/{}/resize", encode(&a.name)),
-                        &api::Resize {
-                            size: header.size,
-                            grow: false,
-                        },
-                    )
-                    .await
-                    .with_context(|| format!("Cannot grow '{}' to the diff's size", a.name))?;
-            }
-        }
-        (None, None) => {
-            let _: VdiDetail = ctx
-                .post(
-                    "/api/vdis",
-                    &CreateVdi {
-                        name: a.name.clone(),
-                        size: header.size,
-                        copies: a.copies,
-                        mode: Default::default(),
-                        min_copies: None,
-                        home_zone: None,
-                        home_copies: None,
-                        write: Default::default(),
-                    },
-                )
-                .await?;
-            created = true;
-        }
-    }
-    let node = target_of(ctx, a.node).await?;
-    let applied = async {
-        if created {
-            crate::transfer::wait_visible(ctx, &node.admin, &a.name).await?;
-        }
-        apply(
-            &mut reader,
-            &node.target,
-            &a.name,
-            header.size,
-            total,
-            ctx.json,
-        )
-        .await
-    }
-    .await;
-    let (data_bytes, zero_bytes) = match applied {
-        Ok(v) => v,
-        Err(e) if created => {
-            let d = crate::transfer::delete_vdi(ctx, &a.name).await;
-            return Err(match d {
-                Ok(_) => e.context(format!(
-                    "Import of '{shown}' failed; the VDI '{}' it created is deleted again",
-                    a.name
-                )),
-                Err(d) => e.context(format!(
-                    "Import of '{shown}' failed; deleting the VDI '{}' it created failed too ({d:#}): run `drove vdi delete {}`",
-                    a.name, a.name
-                )),
-            });
-        }
-        Err(e) => {
-            return Err(e.context(format!(
-                "Import of '{shown}' failed part way: '{}' is partly updated; running the same import-diff again finishes it (a diff applied twice gives the same disk)",
-                a.name
-            )))
-        }
-    };
-    if let Some(snap) = &a.snapshot {
-        take_snapshot(ctx, &node.admin, &a.name, snap).await?;
-    }
-    DiffSummary {
-        op: "import-diff",
-        vdi: a.name,
-        from: header.from,
-        to: header.to,
-        file: shown,
-        node: node.id.0,
-        objects: 0,
-        data_bytes,
-        zero_bytes,
-        file_bytes: reader.consumed,
-        seconds: t0.elapsed().as_secs_f64(),
-        snapshot: a.snapshot,
-    }
-    .print(ctx)
-}
-
-/// Write every record of `reader` into `name` through `target`, then flush.
-async fn apply<R: Read>(
-    reader: &mut DiffReader<R>,
-    target: &crate::nbd_client::Target,
-    name: &str,
-    size: u64,
-    total: Option<u64>,
-    json: bool,
-) -> Result<(u64, u64)> {
-    let mut c = NbdClient::connect(target, name).await?;
-    if c.read_only() {
-        bail!("'{name}' is served read-only");
-    }
-    if c.size() < size {
-        bail!(
-            "'{name}' is served as {} bytes, smaller than the diff's {size}",
-            c.size()
-        );
-    }
-    let on = std::io::stderr().is_terminal() && !json && total.is_some();
-    let mut progress = Progress::new(total.unwrap_or(0), "import-diff", on);
-    let (mut data_bytes, mut zero_bytes) = (0u64, 0u64);
-    while let Some(rec) = reader.next_record()? {
-        match rec {
-            Record::Data { offset, data } => {
-                c.write(offset, &data).await?;
-                data_bytes += data.len() as u64;
-            }
-            Record::Zero { offset, len } => {
-                c.write_zeroes(offset, len).await?;
-                zero_bytes += len;
-            }
-            other => bail!("Unexpected record {other:?}"),
-        }
-        if let Some(t) = total {
-            progress.update(reader.consumed as f64 * 100.0 / t.max(1) as f64);
-        }
-    }
-    c.flush().await?;
-    c.disconnect().await?;
-    progress.finish();
-    Ok((data_bytes, zero_bytes))
-}
-
-/// Snapshot `name` as `snap` once the import's connection let go of its lock (the
-/// release reaches the metadata a moment after the disconnect).
-async fn take_snapshot(ctx: &Ctx, admin: &str, name: &str, snap: &str) -> Result<()> {
-    let path = format!("/api/vdis/{}/snapshot", encode(name));
-    let body = api::Snapshot {
-        snap: snap.to_string(),
-    };
-    let end = Instant::now() + Duration::from_secs(15);
-    loop {
-        match ctx
-            .post_at_long::<_, Snapshotted>(admin, &path, &body, Duration::from_secs(60))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if Instant::now() < end && e.to_string().contains("lock") => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => {
-                return Err(e.context(format!(
-                    "The diff is applied to '{name}', but the snapshot '{snap}' was not taken: run `drove vdi snapshot {name} {snap}`"
-                )))
-            }
-        }
-    }
+    Ok(totals)
 }

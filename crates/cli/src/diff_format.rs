@@ -1,564 +1,576 @@
-//! The file `drove vdi export-diff` writes and `drove vdi import-diff` reads, and
-//! the pure decisions behind them: which VDI ids' objects may differ between two
-//! snapshots, and which blocks of an object to write.
+//! The file `drove vdi export-diff` writes and `drove vdi import-diff` reads. It is an
+//! on-disk format: backups made today are read by later versions of drove, so its
+//! layout is fixed by its version number, and a change of layout is a new version.
+//! The format is described for users in docs/snapshots-clones.md ("The diff file").
 //!
-//! # Format: `drove diff v1`
-//! The header line `drove diff v1\n`, then records, each a tag byte and its fields
-//! (integers little-endian):
-//! - `f` u32 length, name: the older snapshot (FROM); absent in a full diff;
-//! - `t` u32 length, name: the newer snapshot (TO);
-//! - `s` u64: TO's size in bytes;
-//! - `w` u64 offset, u64 length, then the bytes: data;
-//! - `z` u64 offset, u64 length: zeros;
-//! - `e`: the end (a file without it is cut short and refused).
+//! # Format: `drove diff v2`
+//! The line `drove diff v2\n` (the magic `drove diff v`, the version in decimal, a
+//! newline), then records. Every record is framed the same way, integers
+//! little-endian:
 //!
-//! The records are laid out as in RBD's diff v1; the header line differs, so neither
-//! tool takes the other's file for its own. `f`, `t` and `s` come first, once each
-//! (`t` and `s` are required). Every `w` and `z` lies inside the size.
-use anyhow::{bail, Context, Result};
-use drove_types::{VdiId, VdiInfo};
+//! ```text
+//!   tag u8 | len u32 | body (len bytes) | crc u32 = CRC-32C of tag, len and body
+//! ```
+//!
+//! - `H` header, first and once: TO (the newer snapshot), a byte 0 or 1, FROM (the
+//!   older snapshot, when 1; a diff without one is a full diff), then the object
+//!   size u32 of the source VDI. A snapshot is its id u32 and size u64 in the source
+//!   cluster, its creation time u64 (seconds since 1970), and its name (u16 length,
+//!   bytes).
+//! - `B` base, only with FROM: offset u64, length u64, and the SHA-256 of what FROM
+//!   holds in that range (zeros past FROM's size). One per object the diff changes,
+//!   before the records that write into it: import-diff checks that the VDI it
+//!   writes holds these bytes before it writes anything.
+//! - `W` data: offset u64, then the bytes (the rest of the body, at least one).
+//! - `Z` zeros: offset u64, length u64.
+//! - `E` end, last, with nothing after it: the number of records before it u64, the
+//!   bytes of `W` records u64 and of `Z` records u64, and the SHA-256 of every byte
+//!   of the file before the `E` record.
+//!
+//! `B`, `W` and `Z` come in ascending, non-overlapping order, inside TO's size; with
+//! FROM, every `W` and `Z` lies inside the last `B`. A reader refuses anything else.
+//! The CRC finds a damaged record where it is; the end record finds a file cut
+//! short, records dropped or reordered, and anything appended. Neither is a
+//! signature: whoever can write the file can write matching sums.
+//!
+//! Version 1 (a header line and RBD-like records without any checksum) is not read:
+//! drove was not released with it, and a v1 file is refused with a message saying
+//! to export it again.
+use anyhow::{anyhow, bail, Result};
+use drove_types::validate_name;
 use std::io::{Read, Write};
 
-/// The first bytes of every diff.
-pub(crate) const MAGIC: &[u8] = b"drove diff v1\n";
-/// Blocks compared: a block that differs is written whole.
-pub(crate) const BLOCK: usize = 64 << 10;
-/// Longest snapshot name a diff may carry.
-const MAX_NAME: usize = 1024;
-/// Largest data record read (export-diff writes at most one object per record).
+/// The first bytes of every diff, followed by the version and a newline.
+pub(crate) const MAGIC: &[u8] = b"drove diff v";
+/// The version written and read.
+pub(crate) const VERSION: u32 = 2;
+/// Largest `W` record read (export-diff writes at most one object per record).
 pub(crate) const MAX_DATA: u64 = 64 << 20;
+/// Largest record body: a `W` record of [`MAX_DATA`] bytes and its offset.
+const MAX_BODY: u32 = MAX_DATA as u32 + 8;
+/// Length of a SHA-256.
+pub(crate) const HASH: usize = 32;
 
-/// One record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Record {
-    /// The older snapshot.
-    From(String),
-    /// The newer snapshot.
-    To(String),
-    /// The newer snapshot's size.
-    Size(u64),
-    /// Bytes at an offset.
-    Data { offset: u64, data: Vec<u8> },
-    /// Zeros at an offset.
-    Zero { offset: u64, len: u64 },
-    /// The end.
-    End,
+/// The SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; HASH] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; HASH];
+    out.copy_from_slice(d.as_ref());
+    out
 }
 
-/// Write `r` to `w`; the bytes written.
-pub(crate) fn write_record(w: &mut (impl Write + ?Sized), r: &Record) -> std::io::Result<u64> {
-    match r {
-        Record::From(n) | Record::To(n) => {
-            w.write_all(if matches!(r, Record::From(_)) {
-                b"f"
-            } else {
-                b"t"
-            })?;
-            w.write_all(&(n.len() as u32).to_le_bytes())?;
-            w.write_all(n.as_bytes())?;
-            Ok(5 + n.len() as u64)
-        }
-        Record::Size(s) => {
-            w.write_all(b"s")?;
-            w.write_all(&s.to_le_bytes())?;
-            Ok(9)
-        }
-        Record::Data { offset, data } => {
-            w.write_all(b"w")?;
-            w.write_all(&offset.to_le_bytes())?;
-            w.write_all(&(data.len() as u64).to_le_bytes())?;
-            w.write_all(data)?;
-            Ok(17 + data.len() as u64)
-        }
-        Record::Zero { offset, len } => {
-            w.write_all(b"z")?;
-            w.write_all(&offset.to_le_bytes())?;
-            w.write_all(&len.to_le_bytes())?;
-            Ok(17)
-        }
-        Record::End => {
-            w.write_all(b"e")?;
-            Ok(1)
-        }
-    }
+/// A snapshot as a diff names it (its id and time are those of the source cluster).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Snap {
+    pub(crate) name: String,
+    pub(crate) id: u32,
+    pub(crate) size: u64,
+    pub(crate) created: u64,
 }
 
 /// What a diff says before its first data record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Header {
-    /// The older snapshot; `None` for a full diff.
-    pub(crate) from: Option<String>,
+    /// The older snapshot, the base; `None` for a full diff.
+    pub(crate) from: Option<Snap>,
     /// The newer snapshot.
-    pub(crate) to: String,
-    /// Its size.
-    pub(crate) size: u64,
+    pub(crate) to: Snap,
+    /// The source VDI's object size (the span of `B` records).
+    pub(crate) object_size: u32,
 }
 
-/// Reads a diff record by record, checking each against the format and the size.
+/// What the base holds in one range: `len` bytes at `offset` with this SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BaseRange {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) sha256: [u8; HASH],
+}
+
+/// One record after the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Item {
+    /// What the base holds in a range.
+    Base(BaseRange),
+    /// Bytes at an offset.
+    Data { offset: u64, data: Vec<u8> },
+    /// Zeros at an offset.
+    Zero { offset: u64, len: u64 },
+}
+
+/// What a whole diff held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// Bytes of `W` records.
+    pub(crate) data_bytes: u64,
+    /// Bytes the `Z` records cover.
+    pub(crate) zero_bytes: u64,
+    /// Size of the file.
+    pub(crate) file_bytes: u64,
+}
+
+fn put_snap(b: &mut Vec<u8>, s: &Snap) {
+    b.extend_from_slice(&s.id.to_le_bytes());
+    b.extend_from_slice(&s.size.to_le_bytes());
+    b.extend_from_slice(&s.created.to_le_bytes());
+    b.extend_from_slice(&(s.name.len() as u16).to_le_bytes());
+    b.extend_from_slice(s.name.as_bytes());
+}
+
+/// Writes a diff: the header at once, then items, then the end record.
+pub(crate) struct DiffWriter<W: Write> {
+    w: W,
+    hash: ring::digest::Context,
+    records: u64,
+    totals: Totals,
+}
+
+impl<W: Write> DiffWriter<W> {
+    /// Start a diff on `w` with `header`.
+    pub(crate) fn new(w: W, header: &Header) -> std::io::Result<Self> {
+        let mut d = DiffWriter {
+            w,
+            hash: ring::digest::Context::new(&ring::digest::SHA256),
+            records: 0,
+            totals: Totals::default(),
+        };
+        d.raw(format!("drove diff v{VERSION}\n").as_bytes())?;
+        let mut b = Vec::new();
+        put_snap(&mut b, &header.to);
+        match &header.from {
+            Some(f) => {
+                b.push(1);
+                put_snap(&mut b, f);
+            }
+            None => b.push(0),
+        }
+        b.extend_from_slice(&header.object_size.to_le_bytes());
+        d.record(b'H', &[&b])?;
+        Ok(d)
+    }
+
+    fn raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(bytes)?;
+        self.hash.update(bytes);
+        self.totals.file_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn record(&mut self, tag: u8, body: &[&[u8]]) -> std::io::Result<()> {
+        let len: usize = body.iter().map(|p| p.len()).sum();
+        let mut head = [0u8; 5];
+        head[0] = tag;
+        head[1..].copy_from_slice(&(len as u32).to_le_bytes());
+        let mut crc = crc32c::crc32c(&head);
+        for p in body {
+            crc = crc32c::crc32c_append(crc, p);
+        }
+        self.raw(&head)?;
+        for p in body {
+            self.raw(p)?;
+        }
+        self.raw(&crc.to_le_bytes())?;
+        self.records += 1;
+        Ok(())
+    }
+
+    /// What the base holds in `len` bytes at `offset`.
+    pub(crate) fn base(
+        &mut self,
+        offset: u64,
+        len: u64,
+        sha256: &[u8; HASH],
+    ) -> std::io::Result<()> {
+        self.record(b'B', &[&offset.to_le_bytes(), &len.to_le_bytes(), sha256])
+    }
+
+    /// `data` at `offset`.
+    pub(crate) fn data(&mut self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.record(b'W', &[&offset.to_le_bytes(), data])?;
+        self.totals.data_bytes += data.len() as u64;
+        Ok(())
+    }
+
+    /// `len` zeros at `offset`.
+    pub(crate) fn zero(&mut self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.record(b'Z', &[&offset.to_le_bytes(), &len.to_le_bytes()])?;
+        self.totals.zero_bytes += len;
+        Ok(())
+    }
+
+    /// Write the end record; the writer and what the diff holds.
+    pub(crate) fn finish(mut self) -> std::io::Result<(W, Totals)> {
+        let digest = self.hash.clone().finish();
+        let (records, t) = (self.records, self.totals);
+        self.record(
+            b'E',
+            &[
+                &records.to_le_bytes(),
+                &t.data_bytes.to_le_bytes(),
+                &t.zero_bytes.to_le_bytes(),
+                digest.as_ref(),
+            ],
+        )?;
+        self.w.flush()?;
+        Ok((self.w, self.totals))
+    }
+}
+
+/// Reads a diff record by record, checking every record's CRC, the order and
+/// extents of the records, and at the end the whole file against its end record.
 pub(crate) struct DiffReader<R: Read> {
     r: R,
+    hash: ring::digest::Context,
     /// Bytes consumed so far.
     pub(crate) consumed: u64,
-    header: Option<Header>,
+    records: u64,
+    header: Header,
+    totals: Totals,
+    /// Where the last `B`, `W` or `Z` ended (they ascend).
+    base_end: u64,
+    write_end: u64,
+    /// The range of the last `B` record (incremental diffs).
+    base: Option<(u64, u64)>,
     ended: bool,
 }
 
-impl<R: Read> DiffReader<R> {
-    /// Check the header line and read the header records; the reader then gives
-    /// the data records.
-    pub(crate) fn open(r: R) -> Result<(Self, Header)> {
-        let mut d = DiffReader {
-            r,
-            consumed: 0,
-            header: None,
-            ended: false,
-        };
-        let mut magic = [0u8; 14];
-        d.exact(&mut magic)
-            .context("Not a drove diff (too short)")?;
-        if magic != MAGIC {
-            bail!("Not a drove diff (it does not start with 'drove diff v1')");
+/// Field-by-field reading of one record's body.
+struct Body<'a> {
+    b: &'a [u8],
+    tag: u8,
+}
+
+impl Body<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        if self.b.len() < n {
+            bail!("Bad diff: a '{}' record is too short", self.tag as char);
         }
-        let (mut from, mut to, mut size) = (None, None, None);
-        loop {
-            let tag = d.tag()?;
-            match tag {
-                b'f' if from.is_none() && to.is_none() && size.is_none() => from = Some(d.name()?),
-                b't' if to.is_none() && size.is_none() => to = Some(d.name()?),
-                b's' if size.is_none() => {
-                    size = Some(d.u64()?);
-                    break;
-                }
-                b'f' | b't' | b's' => bail!(
-                    "Bad diff: header record '{}' repeated or out of order",
-                    tag as char
-                ),
-                t => bail!(
-                    "Bad diff: record '{}' before the size record",
-                    char::from(t).escape_default()
-                ),
-            }
-        }
-        let Some(to) = to else {
-            bail!("Bad diff: no 't' (newer snapshot) record");
-        };
-        let header = Header {
-            from,
-            to,
-            size: size.unwrap_or(0),
-        };
-        d.header = Some(header.clone());
-        Ok((d, header))
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
     }
 
-    /// The next data record, or `Ok(None)` after the end record.
-    pub(crate) fn next_record(&mut self) -> Result<Option<Record>> {
+    fn u64(&mut self) -> Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+
+    fn hash(&mut self) -> Result<[u8; HASH]> {
+        let mut a = [0u8; HASH];
+        a.copy_from_slice(self.take(HASH)?);
+        Ok(a)
+    }
+
+    fn snap(&mut self) -> Result<Snap> {
+        let id = self.u32()?;
+        let size = self.u64()?;
+        let created = self.u64()?;
+        let n = self.take(2)?;
+        let len = u16::from_le_bytes([n[0], n[1]]) as usize;
+        let name = String::from_utf8(self.take(len)?.to_vec())
+            .map_err(|_| anyhow!("Bad diff: a snapshot name that is not UTF-8"))?;
+        validate_name(&name).map_err(|e| anyhow!("Bad diff: {e}"))?;
+        Ok(Snap {
+            name,
+            id,
+            size,
+            created,
+        })
+    }
+
+    fn done(&self) -> Result<()> {
+        if !self.b.is_empty() {
+            bail!(
+                "Bad diff: a '{}' record has {} bytes too many",
+                self.tag as char,
+                self.b.len()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> DiffReader<R> {
+    /// Check the magic, the version and the header record.
+    pub(crate) fn open(r: R) -> Result<Self> {
+        let mut d = DiffReader {
+            r,
+            hash: ring::digest::Context::new(&ring::digest::SHA256),
+            consumed: 0,
+            records: 0,
+            header: Header {
+                from: None,
+                to: Snap {
+                    name: String::new(),
+                    id: 0,
+                    size: 0,
+                    created: 0,
+                },
+                object_size: 0,
+            },
+            totals: Totals::default(),
+            base_end: 0,
+            write_end: 0,
+            base: None,
+            ended: false,
+        };
+        let mut magic = [0u8; MAGIC.len()];
+        d.exact(&mut magic)
+            .map_err(|_| anyhow!("Not a drove diff (it is too short)"))?;
+        d.hash.update(&magic);
+        if magic != MAGIC {
+            bail!("Not a drove diff (it does not start with 'drove diff v')");
+        }
+        let mut version = Vec::new();
+        loop {
+            let mut c = [0u8; 1];
+            d.exact(&mut c)
+                .map_err(|_| anyhow!("Not a drove diff (it is too short)"))?;
+            d.hash.update(&c);
+            match c[0] {
+                b'\n' if !version.is_empty() => break,
+                b'0'..=b'9' if version.len() < 4 => version.push(c[0]),
+                _ => bail!("Not a drove diff (no version after 'drove diff v')"),
+            }
+        }
+        let version: u32 = String::from_utf8_lossy(&version).parse().unwrap_or(0);
+        match version {
+            VERSION => {}
+            1 => bail!(
+                "This diff is in format v1, which had no checksums and recorded no base \
+                 content; this drove reads v{VERSION} only: make it again with `drove vdi \
+                 export-diff`"
+            ),
+            v => bail!(
+                "This diff is in format v{v}, which this drove does not know (it reads \
+                 v{VERSION}): use the drove that wrote it"
+            ),
+        }
+        let (tag, body) = d.record()?;
+        if tag != b'H' {
+            bail!("Bad diff: it does not begin with its header record");
+        }
+        let mut b = Body { b: &body, tag };
+        let to = b.snap()?;
+        let from = match b.take(1)?[0] {
+            0 => None,
+            1 => Some(b.snap()?),
+            x => bail!("Bad diff: base flag {x}"),
+        };
+        let object_size = b.u32()?;
+        b.done()?;
+        if to.size == 0 {
+            bail!("Bad diff: its snapshot '{}' has a size of 0", to.name);
+        }
+        if let Some(f) = &from {
+            // A VDI only grows: its later snapshot is not smaller.
+            if f.size > to.size {
+                bail!(
+                    "Bad diff: its base '{}' ({} bytes) is larger than '{}' ({} bytes)",
+                    f.name,
+                    f.size,
+                    to.name,
+                    to.size
+                );
+            }
+        }
+        if object_size == 0 || u64::from(object_size) > MAX_DATA {
+            bail!("Bad diff: an object size of {object_size} bytes");
+        }
+        d.header = Header {
+            from,
+            to,
+            object_size,
+        };
+        Ok(d)
+    }
+
+    /// The header.
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// What the diff held; complete once [`DiffReader::next_item`] gave `None`.
+    pub(crate) fn totals(&self) -> Totals {
+        Totals {
+            file_bytes: self.consumed,
+            ..self.totals
+        }
+    }
+
+    /// The next item, or `Ok(None)` once the end record checked out and nothing
+    /// follows it.
+    pub(crate) fn next_item(&mut self) -> Result<Option<Item>> {
         if self.ended {
             return Ok(None);
         }
-        let size = self.header.as_ref().map_or(0, |h| h.size);
-        let tag = self.tag()?;
-        let rec = match tag {
-            b'w' => {
-                let offset = self.u64()?;
-                let len = self.u64()?;
-                check_extent(offset, len, size)?;
-                if len > MAX_DATA {
-                    bail!("Bad diff: a data record of {len} bytes (at most {MAX_DATA})");
+        let at = self.consumed;
+        let n = self.records;
+        let (tag, body) = self.record()?;
+        let mut b = Body { b: &body, tag };
+        let size = self.header.to.size;
+        let incremental = self.header.from.is_some();
+        let item = match tag {
+            b'B' if incremental => {
+                let (offset, len, sha256) = (b.u64()?, b.u64()?, b.hash()?);
+                b.done()?;
+                let end = extent(offset, len, size, at)?;
+                if offset < self.base_end || len > MAX_DATA {
+                    bail!("Bad diff: the base record at byte {at} is out of order or too long");
                 }
-                let mut data = vec![0u8; len as usize];
-                self.exact(&mut data)
-                    .context("The diff is cut short inside a data record")?;
-                Record::Data { offset, data }
+                self.base_end = end;
+                self.base = Some((offset, end));
+                Item::Base(BaseRange {
+                    offset,
+                    len,
+                    sha256,
+                })
             }
-            b'z' => {
-                let offset = self.u64()?;
-                let len = self.u64()?;
-                check_extent(offset, len, size)?;
-                Record::Zero { offset, len }
+            b'W' => {
+                let offset = b.u64()?;
+                let data = b.b.to_vec();
+                self.write_at(offset, data.len() as u64, at)?;
+                self.totals.data_bytes += data.len() as u64;
+                Item::Data { offset, data }
             }
-            b'e' => {
+            b'Z' => {
+                let (offset, len) = (b.u64()?, b.u64()?);
+                b.done()?;
+                self.write_at(offset, len, at)?;
+                self.totals.zero_bytes += len;
+                Item::Zero { offset, len }
+            }
+            b'E' => {
+                let (records, data, zero, sha) = (b.u64()?, b.u64()?, b.u64()?, b.hash()?);
+                b.done()?;
+                // The hash covers everything before the end record (whose bytes
+                // `record` left out of it).
+                let got = self.hash.clone().finish();
+                if records != n
+                    || data != self.totals.data_bytes
+                    || zero != self.totals.zero_bytes
+                    || sha[..] != got.as_ref()[..]
+                {
+                    bail!(
+                        "Damaged diff: its end record does not match what came before it \
+                         (records dropped, reordered or changed)"
+                    );
+                }
+                let mut extra = [0u8; 1];
+                match self.r.read(&mut extra) {
+                    Ok(0) => {}
+                    Ok(_) => bail!(
+                        "Bad diff: bytes follow its end record (at byte {})",
+                        self.consumed
+                    ),
+                    Err(e) => bail!("Cannot read the diff: {e}"),
+                }
                 self.ended = true;
                 return Ok(None);
             }
-            b'f' | b't' | b's' => bail!(
-                "Bad diff: header record '{}' after the data began",
-                tag as char
-            ),
+            b'B' => bail!("Bad diff: a base record in a full diff (at byte {at})"),
+            b'H' => bail!("Bad diff: a second header record (at byte {at})"),
             t => bail!(
-                "Bad diff: unknown record '{}'",
+                "Bad diff: unknown record '{}' at byte {at}",
                 char::from(t).escape_default()
             ),
         };
-        Ok(Some(rec))
+        Ok(Some(item))
     }
 
+    /// Check a `W` or `Z` record's extent: inside the size, after the last one, and
+    /// inside the last base range of an incremental diff.
+    fn write_at(&mut self, offset: u64, len: u64, at: u64) -> Result<()> {
+        let end = extent(offset, len, self.header.to.size, at)?;
+        if offset < self.write_end {
+            bail!("Bad diff: the record at byte {at} overlaps or precedes the one before it");
+        }
+        if self.header.from.is_some() && !self.base.is_some_and(|(s, e)| s <= offset && end <= e) {
+            bail!("Bad diff: the record at byte {at} writes where no base record covers it");
+        }
+        self.write_end = end;
+        Ok(())
+    }
+
+    /// Fill `buf`, counting the bytes (the caller adds them to the hash).
     fn exact(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.r.read_exact(buf)?;
+        self.r.read_exact(buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                anyhow!(
+                    "The diff is cut short at byte {} (it has no end record): was it \
+                     written completely?",
+                    self.consumed
+                )
+            } else {
+                anyhow!("Cannot read the diff: {e}")
+            }
+        })?;
         self.consumed += buf.len() as u64;
         Ok(())
     }
 
-    fn tag(&mut self) -> Result<u8> {
-        let mut t = [0u8; 1];
-        self.exact(&mut t)
-            .context("The diff is cut short (no end record): was it written completely?")?;
-        Ok(t[0])
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.exact(&mut b).context("The diff is cut short")?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    fn name(&mut self) -> Result<String> {
-        let mut b = [0u8; 4];
-        self.exact(&mut b).context("The diff is cut short")?;
-        let len = u32::from_le_bytes(b) as usize;
-        if len == 0 || len > MAX_NAME {
-            bail!("Bad diff: a snapshot name of {len} bytes");
+    /// One framed record, its CRC checked: (tag, body).
+    fn record(&mut self) -> Result<(u8, Vec<u8>)> {
+        let at = self.consumed;
+        let mut head = [0u8; 5];
+        self.exact(&mut head)?;
+        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        if len > MAX_BODY {
+            bail!("Damaged diff: the record at byte {at} claims {len} bytes (at most {MAX_BODY})");
         }
-        let mut n = vec![0u8; len];
-        self.exact(&mut n).context("The diff is cut short")?;
-        String::from_utf8(n).context("Bad diff: a snapshot name that is not UTF-8")
+        let mut body = vec![0u8; len as usize];
+        self.exact(&mut body)?;
+        let mut crc = [0u8; 4];
+        self.exact(&mut crc)?;
+        let want = crc32c::crc32c_append(crc32c::crc32c(&head), &body);
+        if u32::from_le_bytes(crc) != want {
+            bail!(
+                "Damaged diff: the record at byte {at} fails its checksum (the file was \
+                 altered or damaged)"
+            );
+        }
+        // The end record is not in the hash it carries.
+        if head[0] != b'E' {
+            self.hash.update(&head);
+            self.hash.update(&body);
+            self.hash.update(&crc);
+        }
+        self.records += 1;
+        Ok((head[0], body))
     }
 }
 
-fn check_extent(offset: u64, len: u64, size: u64) -> Result<()> {
+/// The end of `len` bytes at `offset` when they fit in `size` (and are not empty).
+fn extent(offset: u64, len: u64, size: u64, at: u64) -> Result<u64> {
     match offset.checked_add(len) {
-        Some(end) if len > 0 && end <= size => Ok(()),
-        _ => {
-            bail!("Bad diff: {len} bytes at offset {offset} do not fit in its size of {size} bytes")
-        }
+        Some(end) if len > 0 && end <= size => Ok(end),
+        _ => bail!(
+            "Bad diff: the record at byte {at} covers {len} bytes at offset {offset}, \
+             outside its size of {size} bytes"
+        ),
     }
 }
 
-/// The blocks of one object (`new` as TO reads, `old` as FROM reads, the same
-/// length) to write: runs of consecutive differing [`BLOCK`]s, each as data, or as
-/// zeros where TO reads zeros. Offsets are relative to the object.
-pub(crate) fn changed_runs(new: &[u8], old: &[u8]) -> Vec<Record> {
-    assert_eq!(new.len(), old.len());
-    let mut out: Vec<Record> = Vec::new();
-    let mut p = 0;
-    while p < new.len() {
-        let e = (p + BLOCK).min(new.len());
-        let (n, o) = (&new[p..e], &old[p..e]);
-        if n != o {
-            let zero = n.iter().all(|&b| b == 0);
-            let offset = p as u64;
-            match out.last_mut() {
-                Some(Record::Zero { offset: at, len }) if zero && *at + *len == offset => {
-                    *len += n.len() as u64;
-                }
-                Some(Record::Data { offset: at, data })
-                    if !zero && *at + data.len() as u64 == offset =>
-                {
-                    data.extend_from_slice(n);
-                }
-                _ if zero => out.push(Record::Zero {
-                    offset,
-                    len: n.len() as u64,
-                }),
-                _ => out.push(Record::Data {
-                    offset,
-                    data: n.to_vec(),
-                }),
-            }
+/// Read a whole diff, checking all of it: the header, the base ranges of an
+/// incremental diff (kept, for the check of the VDI it applies to) and the totals.
+pub(crate) fn verify<R: Read>(r: R) -> Result<(Header, Vec<BaseRange>, Totals)> {
+    let mut d = DiffReader::open(r)?;
+    let mut bases = Vec::new();
+    while let Some(item) = d.next_item()? {
+        if let Item::Base(b) = item {
+            bases.push(b);
         }
-        p = e;
     }
-    out
-}
-
-/// What export-diff compares: the two snapshots, and the ids whose objects may
-/// differ between them.
-#[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    /// The older snapshot (none: a full diff).
-    pub(crate) from: Option<VdiInfo>,
-    /// The newer snapshot.
-    pub(crate) to: VdiInfo,
-    /// TO's id and its parents' up to, not including, FROM's (all of them without
-    /// FROM): the only ids whose objects can read differently in TO and FROM.
-    pub(crate) ids: Vec<VdiId>,
-}
-
-/// `v` and its parents, nearest first (bounded by the table's size, so a broken
-/// parent link cannot loop).
-pub(crate) fn chain<'a>(vdis: &'a [VdiInfo], v: &'a VdiInfo) -> Vec<&'a VdiInfo> {
-    let mut out = vec![v];
-    let mut cur = v.parent;
-    while let Some(p) = cur.and_then(|id| vdis.iter().find(|x| x.id == id)) {
-        if out.len() > vdis.len() {
-            break;
-        }
-        out.push(p);
-        cur = p.parent;
-    }
-    out
-}
-
-/// Work out what `export-diff NAME --from FROM --to TO` compares, from the VDI table.
-pub(crate) fn plan(vdis: &[VdiInfo], name: &str, from: Option<&str>, to: &str) -> Result<Plan> {
-    let find = |n: &str| vdis.iter().find(|v| v.name == n);
-    let Some(vdi) = find(name) else {
-        bail!("No VDI named '{name}'");
-    };
-    let Some(to_v) = find(to) else {
-        bail!("No snapshot named '{to}'");
-    };
-    if !to_v.snapshot {
-        bail!(
-            "'{to}' is not a snapshot (a VDI being written cannot be compared): take one with `drove vdi snapshot {to} SNAP` and pass --to SNAP"
-        );
-    }
-    if !chain(vdis, vdi).iter().any(|v| v.id == to_v.id) {
-        bail!("'{to}' is not a snapshot of '{name}' (see `drove vdi tree`)");
-    }
-    let up = chain(vdis, to_v);
-    let from_v = match from {
-        None => None,
-        Some(f) => {
-            let Some(f_v) = find(f) else {
-                bail!("No snapshot named '{f}'");
-            };
-            if !f_v.snapshot {
-                bail!("'{f}' is not a snapshot");
-            }
-            if f_v.id == to_v.id || !up.iter().any(|v| v.id == f_v.id) {
-                bail!("'{f}' is not an older snapshot of '{to}' (see `drove vdi tree`)");
-            }
-            Some(f_v.clone())
-        }
-    };
-    let ids: Vec<VdiId> = up
-        .iter()
-        .take_while(|v| from_v.as_ref().is_none_or(|f| f.id != v.id))
-        .map(|v| v.id)
-        .collect();
-    if let Some(v) = up.iter().find(|v| v.object_size != to_v.object_size) {
-        bail!(
-            "'{}' has objects of {} bytes and '{to}' of {}: cannot compare them",
-            v.name,
-            v.object_size,
-            to_v.object_size
-        );
-    }
-    Ok(Plan {
-        from: from_v,
-        to: to_v.clone(),
-        ids,
-    })
+    Ok((d.header.clone(), bases, d.totals()))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vdi(id: u32, name: &str, parent: Option<u32>, snapshot: bool) -> VdiInfo {
-        VdiInfo {
-            id: VdiId(id),
-            name: name.to_string(),
-            size: 64 << 20,
-            object_size: 4 << 20,
-            copies: 3,
-            mode: Default::default(),
-            created: 0,
-            min_copies: None,
-            parent: parent.map(VdiId),
-            snapshot,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
-        }
-    }
-
-    /// base <- s1 <- s2 <- vm (the live VDI), and a clone c of s1.
-    fn table() -> Vec<VdiInfo> {
-        vec![
-            vdi(1, "s1", None, true),
-            vdi(2, "s2", Some(1), true),
-            vdi(3, "vm", Some(2), false),
-            vdi(4, "c", Some(1), false),
-        ]
-    }
-
-    #[test]
-    fn test_the_plan_takes_the_ids_between_the_two_snapshots() {
-        let t = table();
-        let p = plan(&t, "vm", Some("s1"), "s2").unwrap();
-        assert_eq!(p.ids, vec![VdiId(2)]);
-        assert_eq!(p.from.unwrap().name, "s1");
-        let full = plan(&t, "vm", None, "s2").unwrap();
-        assert_eq!(full.ids, vec![VdiId(2), VdiId(1)]);
-        assert!(full.from.is_none());
-    }
-
-    #[test]
-    fn test_the_plan_refuses_what_cannot_be_compared() {
-        let t = table();
-        let err = |r: Result<Plan>| r.unwrap_err().to_string();
-        assert!(err(plan(&t, "nope", None, "s1")).contains("No VDI named 'nope'"));
-        assert!(err(plan(&t, "vm", None, "nope")).contains("No snapshot named"));
-        assert!(err(plan(&t, "vm", None, "vm")).contains("not a snapshot"));
-        // s2 is not in c's lineage.
-        assert!(err(plan(&t, "c", None, "s2")).contains("not a snapshot of 'c'"));
-        // FROM must be older than TO, and not TO itself.
-        assert!(err(plan(&t, "vm", Some("s2"), "s1")).contains("not an older snapshot"));
-        assert!(err(plan(&t, "vm", Some("s2"), "s2")).contains("not an older snapshot"));
-        assert!(err(plan(&t, "vm", Some("c"), "s2")).contains("'c' is not a snapshot"));
-    }
-
-    #[test]
-    fn test_changed_runs_write_only_differing_blocks_merged_by_kind() {
-        let b = BLOCK;
-        let old = vec![7u8; 6 * b];
-        let mut new = old.clone();
-        new[b..b + 10].fill(1); // block 1: data
-        new[2 * b..3 * b].fill(9); // block 2: data, merged with block 1
-        new[4 * b..6 * b].fill(0); // blocks 4 and 5: zeros, merged
-        let runs = changed_runs(&new, &old);
-        assert_eq!(
-            runs.len(),
-            2,
-            "{:?}",
-            runs.iter()
-                .map(|r| match r {
-                    Record::Data { offset, data } => format!("w {offset} {}", data.len()),
-                    Record::Zero { offset, len } => format!("z {offset} {len}"),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-        );
-        assert_eq!(
-            runs[0],
-            Record::Data {
-                offset: b as u64,
-                data: new[b..3 * b].to_vec()
-            }
-        );
-        assert_eq!(
-            runs[1],
-            Record::Zero {
-                offset: 4 * b as u64,
-                len: 2 * b as u64
-            }
-        );
-        assert!(changed_runs(&old, &old).is_empty());
-        // A short last block (the VDI's end) is compared too.
-        let (o, mut n) = (vec![0u8; b + 100], vec![0u8; b + 100]);
-        n[b + 50] = 1;
-        assert_eq!(
-            changed_runs(&n, &o),
-            vec![Record::Data {
-                offset: b as u64,
-                data: n[b..].to_vec()
-            }]
-        );
-    }
-
-    fn encode(records: &[Record]) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        for r in records {
-            write_record(&mut out, r).unwrap();
-        }
-        out
-    }
-
-    #[test]
-    fn test_a_diff_reads_back_as_written() {
-        let records = vec![
-            Record::From("s1".into()),
-            Record::To("s2".into()),
-            Record::Size(1 << 20),
-            Record::Data {
-                offset: 4096,
-                data: vec![5; 100],
-            },
-            Record::Zero {
-                offset: 65536,
-                len: 65536,
-            },
-            Record::End,
-        ];
-        let bytes = encode(&records);
-        let (mut r, h) = DiffReader::open(&bytes[..]).unwrap();
-        assert_eq!(
-            h,
-            Header {
-                from: Some("s1".into()),
-                to: "s2".into(),
-                size: 1 << 20
-            }
-        );
-        assert_eq!(r.next_record().unwrap(), Some(records[3].clone()));
-        assert_eq!(r.next_record().unwrap(), Some(records[4].clone()));
-        assert_eq!(r.next_record().unwrap(), None);
-        assert_eq!(r.consumed, bytes.len() as u64);
-        // The sizes write_record reports add up to the file.
-        let mut sink = Vec::new();
-        let n: u64 = records
-            .iter()
-            .map(|x| write_record(&mut sink, x).unwrap())
-            .sum();
-        assert_eq!(n + MAGIC.len() as u64, bytes.len() as u64);
-    }
-
-    #[test]
-    fn test_bad_diffs_are_refused_with_a_reason() {
-        let open_err = |b: &[u8]| DiffReader::open(b).err().unwrap().to_string();
-        assert!(open_err(b"rbd diff v1\n").contains("Not a drove diff"));
-        assert!(open_err(b"drove").contains("too short"));
-        let no_to = encode(&[Record::Size(10)]);
-        assert!(open_err(&no_to).contains("no 't'"));
-        let data_first = encode(&[Record::To("s".into()), Record::Zero { offset: 0, len: 1 }]);
-        assert!(open_err(&data_first).contains("before the size"));
-        let twice = encode(&[Record::To("s".into()), Record::To("s".into())]);
-        assert!(open_err(&twice).contains("repeated or out of order"));
-
-        let body_err = |recs: &[Record]| {
-            let mut all = vec![Record::To("s".into()), Record::Size(1000)];
-            all.extend_from_slice(recs);
-            let b = encode(&all);
-            let (mut r, _) = DiffReader::open(&b[..]).unwrap();
-            loop {
-                match r.next_record() {
-                    Ok(Some(_)) => continue,
-                    Ok(None) => return String::new(),
-                    Err(e) => return format!("{e:#}"),
-                }
-            }
-        };
-        assert!(body_err(&[Record::Zero {
-            offset: 990,
-            len: 11
-        }])
-        .contains("do not fit"));
-        assert!(body_err(&[Record::Zero {
-            offset: u64::MAX,
-            len: 2
-        }])
-        .contains("do not fit"));
-        assert!(body_err(&[Record::Size(5)]).contains("after the data began"));
-        // No end record: cut short.
-        assert!(body_err(&[Record::Zero { offset: 0, len: 1 }]).contains("cut short"));
-        assert_eq!(
-            body_err(&[Record::Zero { offset: 0, len: 1 }, Record::End]),
-            ""
-        );
-        // A data record claiming more bytes than the file has.
-        let mut b = encode(&[Record::To("s".into()), Record::Size(1000)]);
-        b.push(b'w');
-        b.extend_from_slice(&0u64.to_le_bytes());
-        b.extend_from_slice(&100u64.to_le_bytes());
-        b.extend_from_slice(&[1; 10]);
-        let (mut r, _) = DiffReader::open(&b[..]).unwrap();
-        assert!(format!("{:#}", r.next_record().unwrap_err()).contains("cut short"));
-    }
-}
+#[path = "diff_format_tests.rs"]
+mod tests;

@@ -1,16 +1,17 @@
 //! A small NBD client for the CLI's block-level tools: `vdi export-diff` reads
 //! chosen ranges of two snapshots and `vdi import-diff` writes chosen ranges, which
-//! qemu-img and nbdcopy do not offer. Fixed newstyle handshake, `NBD_OPT_GO`, then
-//! one request at a time with simple replies, over a node's unix socket or plain
-//! TCP. A server that requires TLS is refused with a message saying what to do.
+//! qemu-img and nbdcopy do not offer. Fixed newstyle handshake, `NBD_OPT_STARTTLS`
+//! on TCP when the CLI has a client certificate ([`crate::nbd_target`]), then
+//! `NBD_OPT_GO` and one request at a time with simple replies. A server that
+//! requires TLS from a CLI without a certificate is refused with a message saying
+//! what to do.
 use anyhow::{bail, Context, Result};
 use drove_nbd::proto::*;
 use drove_nbd::request::{Command as NbdCommand, Request as NbdRequest};
-use drove_types::{NodeId, NodeState};
-use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::client::Ctx;
+pub(crate) use crate::nbd_target::Target;
+use crate::nbd_target::{client_config, server_name, NEEDS_CERT};
 
 /// Largest read or write sent in one request.
 pub(crate) const MAX_REQUEST: usize = 1 << 20;
@@ -21,51 +22,6 @@ const MAX_OPTION_REPLY: usize = 1 << 16;
 
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
-
-/// Where a node's NBD server listens, as this host reaches it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// The node's unix socket (it exists on this host).
-    Unix(PathBuf),
-    /// The node's TCP address.
-    Tcp(String),
-}
-
-/// A node's NBD server as this host reaches it.
-#[derive(Debug, Clone)]
-pub(crate) struct NodeNbd {
-    /// The node.
-    pub(crate) id: NodeId,
-    /// Its admin API address.
-    pub(crate) admin: String,
-    /// Its NBD server.
-    pub(crate) target: Target,
-}
-
-/// The NBD server of node `node` (the --cluster node when `None`).
-pub(crate) async fn target_of(ctx: &Ctx, node: Option<u64>) -> Result<NodeNbd> {
-    let s: drove_daemon::api::Status = ctx.get("/api/status").await?;
-    let id = node.map(NodeId).unwrap_or(s.node_id);
-    let Some(n) = s.map.node(id) else {
-        let ids: Vec<String> = s.map.nodes.keys().map(|k| k.to_string()).collect();
-        bail!("No node {id} in the cluster (nodes: {})", ids.join(", "));
-    };
-    if n.state == NodeState::Down {
-        bail!("Node {id} is down; pick another with --node");
-    }
-    // The unix socket only works on the node's own host; its path existing here is
-    // how we tell.
-    let target = if Path::new(&n.nbd_socket).exists() {
-        Target::Unix(PathBuf::from(&n.nbd_socket))
-    } else {
-        Target::Tcp(n.nbd_addr.clone())
-    };
-    Ok(NodeNbd {
-        id,
-        admin: n.admin_addr.clone(),
-        target,
-    })
-}
 
 /// One connection to one export.
 pub(crate) struct NbdClient {
@@ -78,30 +34,38 @@ pub(crate) struct NbdClient {
 impl NbdClient {
     /// Connect to `export` at `target`.
     pub(crate) async fn connect(target: &Target, export: &str) -> Result<Self> {
-        let s: Box<dyn Stream> = match target {
-            Target::Unix(p) => Box::new(
-                tokio::net::UnixStream::connect(p)
-                    .await
-                    .with_context(|| format!("Cannot connect to {}", p.display()))?,
+        let (s, tls): (Box<dyn Stream>, _) = match target {
+            Target::Unix(p) => (
+                Box::new(
+                    tokio::net::UnixStream::connect(p)
+                        .await
+                        .with_context(|| format!("Cannot connect to {}", p.display()))?,
+                ),
+                None,
             ),
-            Target::Tcp(a) => {
-                let s = tokio::net::TcpStream::connect(a)
+            Target::Tcp { addr, tls } => {
+                // Certificates are read before the connection: a bad one is reported
+                // as such, not as a failed handshake.
+                let tls = match tls {
+                    Some(dir) => Some((server_name(addr)?, client_config(dir)?)),
+                    None => None,
+                };
+                let s = tokio::net::TcpStream::connect(addr)
                     .await
-                    .with_context(|| format!("Cannot connect to {a}"))?;
+                    .with_context(|| format!("Cannot connect to {addr}"))?;
                 let _ = s.set_nodelay(true);
-                Box::new(s)
+                (Box::new(s), tls)
             }
         };
-        let mut c = NbdClient {
-            s,
-            size: 0,
-            flags: 0,
-            cookie: 0,
-        };
-        c.handshake(export)
+        let (s, size, flags) = handshake(s, tls, export)
             .await
             .with_context(|| format!("Cannot open export '{export}'"))?;
-        Ok(c)
+        Ok(NbdClient {
+            s,
+            size,
+            flags,
+            cookie: 0,
+        })
     }
 
     /// The export's size in bytes.
@@ -112,74 +76,6 @@ impl NbdClient {
     /// Whether the server serves the export read-only.
     pub(crate) fn read_only(&self) -> bool {
         self.flags & NBD_FLAG_READ_ONLY != 0
-    }
-
-    async fn handshake(&mut self, export: &str) -> Result<()> {
-        let s = &mut self.s;
-        if s.read_u64().await? != NBDMAGIC || s.read_u64().await? != IHAVEOPT {
-            bail!("not a newstyle NBD server");
-        }
-        let server = s.read_u16().await?;
-        if server & NBD_FLAG_FIXED_NEWSTYLE == 0 {
-            bail!("the server does not speak fixed newstyle NBD");
-        }
-        let mut flags = NBD_FLAG_C_FIXED_NEWSTYLE;
-        if server & NBD_FLAG_NO_ZEROES != 0 {
-            flags |= NBD_FLAG_C_NO_ZEROES;
-        }
-        s.write_u32(flags).await?;
-        let name = export.as_bytes();
-        let mut data = Vec::with_capacity(6 + name.len());
-        data.extend_from_slice(&(name.len() as u32).to_be_bytes());
-        data.extend_from_slice(name);
-        // No information requests: the server sends NBD_INFO_EXPORT in any case.
-        data.extend_from_slice(&0u16.to_be_bytes());
-        s.write_all(&drove_nbd::option::encode_option(NBD_OPT_GO, &data))
-            .await?;
-        s.flush().await?;
-        let mut export_info = None;
-        loop {
-            if s.read_u64().await? != OPT_REPLY_MAGIC {
-                bail!("bad option reply magic");
-            }
-            let _opt = s.read_u32().await?;
-            let ty = s.read_u32().await?;
-            let len = s.read_u32().await? as usize;
-            if len > MAX_OPTION_REPLY {
-                bail!("option reply of {len} bytes");
-            }
-            let mut body = vec![0; len];
-            s.read_exact(&mut body).await?;
-            match ty {
-                NBD_REP_ACK => break,
-                NBD_REP_INFO => {
-                    if body.len() >= 12 && u16::from_be_bytes([body[0], body[1]]) == NBD_INFO_EXPORT
-                    {
-                        let mut size = [0u8; 8];
-                        size.copy_from_slice(&body[2..10]);
-                        export_info = Some((
-                            u64::from_be_bytes(size),
-                            u16::from_be_bytes([body[10], body[11]]),
-                        ));
-                    }
-                }
-                NBD_REP_ERR_TLS_REQD => bail!(
-                    "the node's NBD port requires TLS: run this on the node's host (its unix socket is plain) or pick such a node with --node"
-                ),
-                NBD_REP_ERR_UNKNOWN => bail!("no such export"),
-                t if t & NBD_REP_FLAG_ERROR != 0 => bail!(
-                    "the server refused it: {}",
-                    String::from_utf8_lossy(&body).trim()
-                ),
-                t => bail!("unexpected option reply type {t}"),
-            }
-        }
-        let Some((size, flags)) = export_info else {
-            bail!("the server did not say the export's size");
-        };
-        self.size = size;
-        self.flags = flags;
-        Ok(())
     }
 
     /// Send one request (and `payload`) and read its simple reply's header; the
@@ -300,6 +196,113 @@ impl NbdClient {
         let _ = self.s.shutdown().await;
         Ok(())
     }
+}
+
+/// The TLS of one connection: the name the node's certificate must carry, and the
+/// client configuration.
+type Tls = (
+    rustls::pki_types::ServerName<'static>,
+    std::sync::Arc<rustls::ClientConfig>,
+);
+
+/// Greet, start TLS when `tls` is given, and open `export`: the stream to transmit
+/// on, the export's size and transmission flags.
+async fn handshake(
+    mut s: Box<dyn Stream>,
+    tls: Option<Tls>,
+    export: &str,
+) -> Result<(Box<dyn Stream>, u64, u16)> {
+    if s.read_u64().await? != NBDMAGIC || s.read_u64().await? != IHAVEOPT {
+        bail!("not a newstyle NBD server");
+    }
+    let server = s.read_u16().await?;
+    if server & NBD_FLAG_FIXED_NEWSTYLE == 0 {
+        bail!("the server does not speak fixed newstyle NBD");
+    }
+    let mut flags = NBD_FLAG_C_FIXED_NEWSTYLE;
+    if server & NBD_FLAG_NO_ZEROES != 0 {
+        flags |= NBD_FLAG_C_NO_ZEROES;
+    }
+    s.write_u32(flags).await?;
+    if let Some((name, config)) = tls {
+        s.write_all(&drove_nbd::option::encode_option(NBD_OPT_STARTTLS, &[]))
+            .await?;
+        s.flush().await?;
+        let (ty, body) = read_reply(&mut s, NBD_OPT_STARTTLS).await?;
+        match ty {
+            NBD_REP_ACK => {}
+            NBD_REP_ERR_POLICY => bail!(
+                "the node's NBD TCP port does not offer TLS (--nbd-tls off); this CLI \
+                 speaks TLS there because DROVE_CA holds a client certificate: run it on \
+                 the node's host (its unix socket) or without that certificate"
+            ),
+            t => bail!(
+                "STARTTLS refused (reply {t:#x}): {}",
+                String::from_utf8_lossy(&body).trim()
+            ),
+        }
+        let t = tokio_rustls::TlsConnector::from(config)
+            .connect(name, s)
+            .await
+            .context("TLS handshake with the node's NBD port")?;
+        s = Box::new(t);
+    }
+    let name = export.as_bytes();
+    let mut data = Vec::with_capacity(6 + name.len());
+    data.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    data.extend_from_slice(name);
+    // No information requests: the server sends NBD_INFO_EXPORT in any case.
+    data.extend_from_slice(&0u16.to_be_bytes());
+    s.write_all(&drove_nbd::option::encode_option(NBD_OPT_GO, &data))
+        .await?;
+    s.flush().await?;
+    let mut export_info = None;
+    loop {
+        let (ty, body) = read_reply(&mut s, NBD_OPT_GO).await?;
+        match ty {
+            NBD_REP_ACK => break,
+            NBD_REP_INFO => {
+                if body.len() >= 12 && u16::from_be_bytes([body[0], body[1]]) == NBD_INFO_EXPORT {
+                    let mut size = [0u8; 8];
+                    size.copy_from_slice(&body[2..10]);
+                    export_info = Some((
+                        u64::from_be_bytes(size),
+                        u16::from_be_bytes([body[10], body[11]]),
+                    ));
+                }
+            }
+            NBD_REP_ERR_TLS_REQD => bail!("{NEEDS_CERT}"),
+            NBD_REP_ERR_UNKNOWN => bail!("no such export"),
+            t if t & NBD_REP_FLAG_ERROR != 0 => bail!(
+                "the server refused it: {}",
+                String::from_utf8_lossy(&body).trim()
+            ),
+            t => bail!("unexpected option reply type {t}"),
+        }
+    }
+    let Some((size, flags)) = export_info else {
+        bail!("the server did not say the export's size");
+    };
+    Ok((s, size, flags))
+}
+
+/// One reply to option `opt`: its type and data.
+async fn read_reply(s: &mut Box<dyn Stream>, opt: u32) -> Result<(u32, Vec<u8>)> {
+    if s.read_u64().await? != OPT_REPLY_MAGIC {
+        bail!("bad option reply magic");
+    }
+    let got = s.read_u32().await?;
+    if got != opt {
+        bail!("a reply to option {got} came for option {opt}");
+    }
+    let ty = s.read_u32().await?;
+    let len = s.read_u32().await? as usize;
+    if len > MAX_OPTION_REPLY {
+        bail!("option reply of {len} bytes");
+    }
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).await?;
+    Ok((ty, body))
 }
 
 /// The name of an NBD error number.

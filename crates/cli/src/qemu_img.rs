@@ -79,10 +79,12 @@ pub(crate) async fn image_info(file: &Path, format: Option<Format>) -> Result<(u
     Ok((size, fmt))
 }
 
-/// Bytes `qemu-img map` reports as data in `src`; `None` when it cannot tell.
-pub(crate) async fn data_bytes(src: &OsString, fmt: &str) -> Option<u64> {
+/// Bytes `qemu-img map` reports as data in `src` (opened with `objects`, e.g. TLS
+/// credentials); `None` when it cannot tell.
+pub(crate) async fn data_bytes(objects: &[OsString], src: &OsString, fmt: &str) -> Option<u64> {
     let o = qemu_img()
         .args(["map", "--output=json", "-f", fmt])
+        .args(objects)
         .arg(src)
         .output()
         .await

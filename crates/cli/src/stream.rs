@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::client::Ctx;
+use crate::nbd_target::explain;
 use crate::qemu_img::Progress;
 use crate::transfer::{
     endpoint, wait_visible, with_new_vdi, ExportArgs, Format, ImportArgs, Summary,
@@ -77,7 +78,7 @@ pub(crate) async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
     wait_visible(ctx, &ep.admin, &a.name).await?;
     let start = Instant::now();
     let mut child = nbdcopy()
-        .args(["--", &ep.uri, "-"])
+        .args(["--", &ep.libnbd_uri, "-"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -114,11 +115,11 @@ pub(crate) async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
     bar.finish();
     let status = status.with_context(|| format!("Export of VDI '{}' failed", a.name))?;
     if !status.success() {
-        bail!(
-            "Export of VDI '{}' failed after {total} bytes: nbdcopy: {}",
-            a.name,
-            errs.await.unwrap_or_default()
-        );
+        let said = anyhow!("nbdcopy: {}", errs.await.unwrap_or_default());
+        return Err(explain(&ep.target, ep.node, said).context(format!(
+            "Export of VDI '{}' failed after {total} bytes",
+            a.name
+        )));
     }
     if total != size {
         bail!(
@@ -127,17 +128,7 @@ pub(crate) async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
         );
     }
     let secs = start.elapsed().as_secs_f64();
-    Summary::new(
-        "export",
-        &a.name,
-        "-".into(),
-        "raw",
-        ep.node,
-        size,
-        None,
-        secs,
-    )
-    .print(ctx)
+    Summary::new("export", &a.name, "-".into(), "raw", &ep, size, None, secs).print(ctx)
 }
 
 /// `drove vdi import - NAME --size SIZE`: a new VDI from raw bytes on stdin.
@@ -175,7 +166,13 @@ pub(crate) async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
     let (ep, (total, secs)) = with_new_vdi(ctx, &a, size, "-", |ep| async move {
         let start = Instant::now();
         let mut child = nbdcopy()
-            .args(["--flush", "--destination-is-zero", "--", "-", &ep.uri])
+            .args([
+                "--flush",
+                "--destination-is-zero",
+                "--",
+                "-",
+                &ep.libnbd_uri,
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -232,17 +229,7 @@ pub(crate) async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
         Ok((total, start.elapsed().as_secs_f64()))
     })
     .await?;
-    Summary::new(
-        "import",
-        &a.name,
-        "-".into(),
-        "raw",
-        ep.node,
-        total,
-        None,
-        secs,
-    )
-    .print(ctx)
+    Summary::new("import", &a.name, "-".into(), "raw", &ep, total, None, secs).print(ctx)
 }
 
 fn ignore_sigpipe() {

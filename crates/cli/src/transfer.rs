@@ -8,6 +8,10 @@
 //! sparse files). If anything fails after the VDI was created, it is deleted again.
 //! Export writes a temporary file next to FILE and renames it into place at the end, so
 //! a failed export leaves neither half a file nor a damaged old one.
+//!
+//! The node's NBD endpoint is its unix socket on its own host, else its TCP port, with
+//! TLS and the CLI's client certificate when `DROVE_CA` holds one
+//! ([`crate::nbd_target`]): both commands work from any host that reaches a node.
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use drove_daemon::api::{CreateVdi, VdiDetail};
@@ -18,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::client::{print_json, Ctx};
-use crate::nbd_client::Target;
+use crate::nbd_target::{explain, libnbd_uri, qemu_spec, target_of, Target};
 use crate::qemu_img::{convert, data_bytes, image_info, qemu_path, MIB};
 
 /// Image formats drove names on the command line (qemu-img's names).
@@ -68,7 +72,8 @@ pub struct ImportArgs {
     #[arg(long)]
     pub size: Option<String>,
     /// Id of the node whose NBD endpoint receives the data (its unix socket when that
-    /// exists on this host, else its TCP address) [default: the --cluster node].
+    /// exists on this host, else its TCP address, with TLS when DROVE_CA holds a
+    /// client certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
@@ -89,7 +94,8 @@ pub struct ExportArgs {
     #[arg(long)]
     pub force: bool,
     /// Id of the node whose NBD endpoint serves the data (its unix socket when that
-    /// exists on this host, else its TCP address) [default: the --cluster node].
+    /// exists on this host, else its TCP address, with TLS when DROVE_CA holds a
+    /// client certificate) [default: the --cluster node].
     #[arg(long)]
     pub node: Option<u64>,
 }
@@ -102,6 +108,9 @@ pub(crate) struct Summary {
     file: String,
     format: String,
     node: u64,
+    /// How the data reached the node: `unix` (its socket), `tcp`, or `tls` (TCP
+    /// with the CLI's client certificate).
+    via: &'static str,
     /// Virtual size copied.
     bytes: u64,
     /// Bytes the source reports as data (`qemu-img map`); zeros are skipped.
@@ -117,12 +126,12 @@ impl Summary {
         vdi: &str,
         file: String,
         format: &str,
-        node: NodeId,
+        ep: &Endpoint,
         bytes: u64,
         data_bytes: Option<u64>,
         seconds: f64,
     ) -> Self {
-        let (vdi, format, node) = (vdi.to_string(), format.to_string(), node.0);
+        let (vdi, format, node) = (vdi.to_string(), format.to_string(), ep.node.0);
         let mib_per_s = bytes as f64 / MIB / seconds.max(1e-6);
         Summary {
             op,
@@ -130,6 +139,7 @@ impl Summary {
             file,
             format,
             node,
+            via: ep.target.via(),
             bytes,
             data_bytes,
             seconds,
@@ -163,8 +173,13 @@ impl Summary {
             .data_bytes
             .map(|d| format!(", {} of data", format_size(d)))
             .unwrap_or_default();
+        let via = match self.via {
+            "unix" => "its unix socket",
+            "tls" => "TCP with TLS",
+            _ => "TCP",
+        };
         let line = format!(
-            "{done} {from} to {to} ({}) through node {}: {} ({} bytes{data}) in {:.2} s, {:.1} MiB/s",
+            "{done} {from} to {to} ({}) through node {} ({via}): {} ({} bytes{data}) in {:.2} s, {:.1} MiB/s",
             self.format,
             self.node,
             format_size(self.bytes),
@@ -217,20 +232,18 @@ pub async fn import(a: ImportArgs, ctx: &Ctx) -> Result<()> {
     let label = format!("import {}", a.name);
     let json = ctx.json;
     let (ep, (data, secs)) = with_new_vdi(ctx, &a, vsize, &file_s, |ep| async move {
-        let data = data_bytes(&src, &fmt).await;
+        let data = data_bytes(&[], &src, &fmt).await;
         // `-t writeback` (not `unsafe`): qemu-img sends a FLUSH at the end, which
         // drove makes durable on every replica, so import returns once data is safe.
         let mut args = os(&["convert", "-n", "-p", "-t", "writeback", "-f", &fmt]);
         args.extend(os(&["-O", "raw", "--target-is-zero"]));
-        args.extend([src.clone(), OsString::from(&ep.uri)]);
+        args.extend(ep.qemu_objects.iter().cloned());
+        args.extend([src.clone(), OsString::from(&ep.qemu_file)]);
         let secs = convert(&args, vsize, &label, json).await?;
         Ok((data, secs))
     })
     .await?;
-    Summary::new(
-        "import", &a.name, file_s, &shown, ep.node, vsize, data, secs,
-    )
-    .print(ctx)
+    Summary::new("import", &a.name, file_s, &shown, &ep, vsize, data, secs).print(ctx)
 }
 
 /// Create VDI `a.name` of `size` bytes (rounded up to 512), run `copy` against a
@@ -275,7 +288,10 @@ where
     // From here on the VDI is ours: any failure deletes it again.
     let res = async {
         wait_visible(ctx, &ep.admin, &a.name).await?;
-        copy(ep.clone()).await
+        let (target, node) = (ep.target.clone(), ep.node);
+        copy(ep.clone())
+            .await
+            .map_err(|e| explain(&target, node, e))
     }
     .await;
     match res {
@@ -328,12 +344,15 @@ pub async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
     tmp_name.push(name);
     tmp_name.push(format!(".drove-export.{}", std::process::id()));
     let tmp = dir.join(tmp_name);
-    let src = OsString::from(&ep.uri);
-    let data = data_bytes(&src, "raw").await;
+    let src = OsString::from(&ep.qemu_file);
+    let data = data_bytes(&ep.qemu_objects, &src, "raw").await;
     let mut args = os(&["convert", "-p", "-f", "raw", "-O", a.format.name()]);
+    args.extend(ep.qemu_objects.iter().cloned());
     args.extend([src, qemu_path(&tmp)]);
     let res = async {
-        let secs = convert(&args, d.info.size, &format!("export {}", a.name), ctx.json).await?;
+        let secs = convert(&args, d.info.size, &format!("export {}", a.name), ctx.json)
+            .await
+            .map_err(|e| explain(&ep.target, ep.node, e))?;
         place(&tmp, &a.file, a.force)?;
         Ok::<_, anyhow::Error>(secs)
     }
@@ -346,7 +365,7 @@ pub async fn export(a: ExportArgs, ctx: &Ctx) -> Result<()> {
         }
     };
     let (fmt, size) = (a.format.name(), d.info.size);
-    Summary::new("export", &a.name, file_s, fmt, ep.node, size, data, secs).print(ctx)
+    Summary::new("export", &a.name, file_s, fmt, &ep, size, data, secs).print(ctx)
 }
 
 fn os(args: &[&str]) -> Vec<OsString> {
@@ -375,38 +394,32 @@ fn place(tmp: &Path, file: &Path, force: bool) -> Result<()> {
     }
 }
 
-/// Where qemu-img reaches a node's NBD server, and the node's admin address.
+/// Where qemu-img and nbdcopy reach a node's NBD server, and the node's admin
+/// address.
 #[derive(Clone)]
 pub(crate) struct Endpoint {
     pub(crate) node: NodeId,
     pub(crate) admin: String,
-    pub(crate) uri: String,
+    pub(crate) target: Target,
+    /// qemu-img's `--object` arguments (the TLS credentials; none without TLS).
+    pub(crate) qemu_objects: Vec<OsString>,
+    /// qemu-img's filename of the VDI.
+    pub(crate) qemu_file: String,
+    /// nbdcopy's URI of the VDI.
+    pub(crate) libnbd_uri: String,
 }
 
 pub(crate) async fn endpoint(ctx: &Ctx, node: Option<u64>, vdi: &str) -> Result<Endpoint> {
-    let n = crate::nbd_client::target_of(ctx, node).await?;
-    let uri = match &n.target {
-        Target::Unix(p) => format!("nbd+unix:///{vdi}?socket={}", escape(&p.to_string_lossy())),
-        Target::Tcp(addr) => format!("nbd://{addr}/{vdi}"),
-    };
+    let n = target_of(ctx, node).await?;
+    let (qemu_objects, qemu_file) = qemu_spec(&n.target, vdi)?;
     Ok(Endpoint {
         node: n.id,
         admin: n.admin,
-        uri,
+        libnbd_uri: libnbd_uri(&n.target, vdi),
+        target: n.target,
+        qemu_objects,
+        qemu_file,
     })
-}
-
-/// Percent-encode a socket path for the URI's query (qemu decodes it).
-fn escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"/._~-".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The metadata reaches each node through Raft: a node may not serve a VDI created a
@@ -442,15 +455,4 @@ pub(crate) async fn delete_vdi(ctx: &Ctx, vdi: &str) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Err(last)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_escape_keeps_paths_and_encodes_uri_specials() {
-        assert_eq!(escape("/a/b-c_d.sock"), "/a/b-c_d.sock");
-        assert_eq!(escape("/a b/x&y?"), "/a%20b/x%26y%3F");
-    }
 }
