@@ -297,7 +297,11 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             let v: serde_json::Value = ctx.delete(&path).await?;
             let kept_for: Vec<String> = v["kept_for"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default();
             if ctx.json {
                 return print_json(&serde_json::json!({

@@ -285,7 +285,11 @@ fn test_a_snapshot_of_a_live_vdi_is_deleted_without_copying_its_data() {
     // Nothing was copied: the snapshot's blocks are where they were, and the VDI
     // owns no more than the one object it wrote since.
     assert_eq!(own_bytes(&c, "mon"), before);
-    assert!(own_bytes(&c, "vm") <= 2 * (4 << 20), "{}", own_bytes(&c, "vm"));
+    assert!(
+        own_bytes(&c, "vm") <= 2 * (4 << 20),
+        "{}",
+        own_bytes(&c, "vm")
+    );
     let tree = ok(&c.drove(2, &["vdi", "tree"]), "tree");
     assert!(tree.contains("mon  [deleted snapshot"), "{tree}");
     // Both readers still read it, through any node.
@@ -297,7 +301,10 @@ fn test_a_snapshot_of_a_live_vdi_is_deleted_without_copying_its_data() {
         qemu_io(&n.uri("web"), &["read -P 0x11 0 16M".into()]);
     }
     // The name is free again.
-    ok(&c.drove(0, &["vdi", "snapshot", "vm", "mon"]), "snapshot mon again");
+    ok(
+        &c.drove(0, &["vdi", "snapshot", "vm", "mon"]),
+        "snapshot mon again",
+    );
     // The last readers go: so do the blocks (every node collects them).
     ok(&c.drove(0, &["vdi", "delete", "web"]), "delete web");
     ok(&c.drove(0, &["vdi", "delete", "mon"]), "delete the new mon");

@@ -272,7 +272,11 @@ impl Meta {
             // openraft stopped for good: its metrics are frozen as they were, and
             // the leader may still answer this node's heartbeats. It knows of no
             // working majority since it stopped.
-            let stopped_at = *self.health.stopped_at.lock().get_or_insert_with(Instant::now);
+            let stopped_at = *self
+                .health
+                .stopped_at
+                .lock()
+                .get_or_insert_with(Instant::now);
             let confirmed = self.health.confirmed.lock().filter(|&c| c < stopped_at);
             return Some(confirmed.unwrap_or(stopped_at).elapsed());
         }

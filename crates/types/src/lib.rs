@@ -20,9 +20,9 @@ pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use shown::{shown, Shown, SHOWN_CHARS};
 pub use size::{format_size, parse_size};
 pub use vdi::{
-    is_kept, kept_name, kept_original, validate_client_names, validate_max_lag, validate_name, PastHome, ReplicationMode, VdiInfo,
-    WritePolicy, DEFAULT_MAX_LAG_BYTES, DEFAULT_MAX_LAG_MS, DEFAULT_OBJECT_SIZE, MAX_CLIENT_NAME,
-    KEPT_PREFIX, MAX_COPIES, MAX_NBD_CLIENTS, MAX_PAST_HOMES,
+    is_kept, kept_name, kept_original, validate_client_names, validate_max_lag, validate_name,
+    PastHome, ReplicationMode, VdiInfo, WritePolicy, DEFAULT_MAX_LAG_BYTES, DEFAULT_MAX_LAG_MS,
+    DEFAULT_OBJECT_SIZE, KEPT_PREFIX, MAX_CLIENT_NAME, MAX_COPIES, MAX_NBD_CLIENTS, MAX_PAST_HOMES,
 };
 
 /// Size of a checksummed block inside an object, in bytes.

@@ -294,7 +294,9 @@ pub fn is_kept(name: &str) -> bool {
 
 /// The name a kept snapshot had (`golden` for `.deleted-5-golden`).
 pub fn kept_original(name: &str) -> Option<&str> {
-    name.strip_prefix(KEPT_PREFIX)?.split_once('-').map(|(_, n)| n)
+    name.strip_prefix(KEPT_PREFIX)?
+        .split_once('-')
+        .map(|(_, n)| n)
 }
 
 /// Check a VDI name: 1..=128 characters of `[A-Za-z0-9._-]`, not starting with `.` or `-`.

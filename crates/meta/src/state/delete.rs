@@ -30,10 +30,7 @@ impl MetaState {
             let vdis = Arc::make_mut(&mut self.vdis);
             vdis.remove(name);
             vdis.insert(key.clone(), VdiInfo { name: key, ..vdi });
-            let mut shown: Vec<String> = readers
-                .into_iter()
-                .filter(|r| !is_kept(r))
-                .collect();
+            let mut shown: Vec<String> = readers.into_iter().filter(|r| !is_kept(r)).collect();
             shown.sort();
             return Ok(Reply::Kept(shown));
         }

@@ -126,13 +126,7 @@ fn del(s: &mut MetaState, n: &str) -> ApplyResult {
 
 fn flattened(s: &mut MetaState, n: &str) {
     let id = s.vdis[n].id;
-    vdi(s.apply(
-        &Command::Flattened {
-            name: n.into(),
-            id,
-        },
-        300,
-    ));
+    vdi(s.apply(&Command::Flattened { name: n.into(), id }, 300));
 }
 
 #[test]
@@ -162,13 +156,22 @@ fn test_a_snapshot_others_read_from_is_deleted_by_name_and_kept_for_them() {
         to: "back".into(),
     };
     assert_eq!(s.apply(&rename, 300).unwrap_err().0, ErrorKind::NotFound);
-    assert_eq!(clone(&mut s, &key, "c2").unwrap_err().0, ErrorKind::NotFound);
+    assert_eq!(
+        clone(&mut s, &key, "c2").unwrap_err().0,
+        ErrorKind::NotFound
+    );
     // Once nothing reads from it any more (c1 flattened, base's line moved on to a
     // newer snapshot that is flattened too), it goes, and its objects with it.
     flattened(&mut s, "c1");
-    assert!(s.vdis.contains_key(&key), "base's new snapshot still reads from it");
+    assert!(
+        s.vdis.contains_key(&key),
+        "base's new snapshot still reads from it"
+    );
     flattened(&mut s, "gold");
-    assert!(!s.vdis.contains_key(&key), "kept with nothing reading from it");
+    assert!(
+        !s.vdis.contains_key(&key),
+        "kept with nothing reading from it"
+    );
     // A flatten recorded for a stale id is refused (the VDI changed meanwhile).
     let stale = Command::Flattened {
         name: "c1".into(),
