@@ -10,7 +10,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::baseline::Baseline;
 use crate::charts;
@@ -222,6 +222,10 @@ fn start_rig(
     for (i, r) in routes.iter().enumerate() {
         cluster.write_routes(i, r)?;
     }
+    // A node looks at its routes file every half second and only then drops the
+    // connections it dialled before (at start-up nodes already talk to each other):
+    // wait for that, or a short prefill would still ride a straight connection.
+    wait_for_routes(&cluster, &routes, cancel)?;
     let admin0 = cluster
         .nodes
         .first()
@@ -273,6 +277,53 @@ fn start_rig(
     Ok((rig, proxies, check_listen))
 }
 
+/// Connections each node holds (to its proxies, straight to nodes of other zones).
+fn route_connections(
+    cluster: &DroveCluster,
+    routes: &[BTreeMap<String, String>],
+) -> Result<(usize, usize)> {
+    let port_of = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+    };
+    let (mut via, mut direct) = (0, 0);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let routes = routes.get(i).cloned().unwrap_or_default();
+        let proxy_ports: HashSet<u16> = routes.values().filter_map(|a| port_of(a)).collect();
+        let direct_ports: HashSet<u16> = routes.keys().filter_map(|a| port_of(a)).collect();
+        let conns = sockets::connections_of(node.pid)
+            .with_context(|| format!("Cannot list the connections of node {}", node.id))?;
+        let (v, d) = sockets::classify(&conns, &proxy_ports, &direct_ports);
+        via += v;
+        direct += d;
+    }
+    Ok((via, direct))
+}
+
+/// Wait (up to 20 s) until no node holds a straight connection to another zone:
+/// the nodes dropped those dialled before their routes file was written.
+fn wait_for_routes(
+    cluster: &DroveCluster,
+    routes: &[BTreeMap<String, String>],
+    cancel: &Cancel,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        cancel.check()?;
+        let (_, direct) = route_connections(cluster, routes)?;
+        if direct == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "The nodes still hold {direct} straight connection(s) to other zones 20 s \
+                 after their routes file was written (peer-routes.json not read?)"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Prefill, then prove that every node reaches the other zones through its proxies:
 /// after the prefill each node holds connections to its proxies and none straight
 /// to a node of another zone.
@@ -289,20 +340,9 @@ fn prefill_and_check_routes(
         cfg.systems().len()
     );
     prefill(rig, cfg, cancel)?;
-    let port_of = |addr: &str| {
-        addr.rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-    };
-    for (i, node) in rig.cluster.nodes.iter().enumerate() {
-        let routes = rig.routes.get(i).cloned().unwrap_or_default();
-        let proxy_ports: HashSet<u16> = routes.values().filter_map(|a| port_of(a)).collect();
-        let direct_ports: HashSet<u16> = routes.keys().filter_map(|a| port_of(a)).collect();
-        let conns = sockets::connections_of(node.pid)
-            .with_context(|| format!("Cannot list the connections of node {}", node.id))?;
-        let (via, direct) = sockets::classify(&conns, &proxy_ports, &direct_ports);
-        dc.proxied_connections += via;
-        dc.direct_cross_zone_connections += direct;
-    }
+    let (via, direct) = route_connections(&rig.cluster, &rig.routes)?;
+    dc.proxied_connections += via;
+    dc.direct_cross_zone_connections += direct;
     if dc.direct_cross_zone_connections > 0 || dc.proxied_connections == 0 {
         bail!(
             "Cross-zone peer traffic does not go through the WAN proxies: after the prefill the \
