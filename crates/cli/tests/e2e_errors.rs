@@ -370,8 +370,9 @@ fn test_names_in_errors_are_escaped_and_cut() {
 }
 
 /// Under `--json`, errors the CLI finds itself have the kind the node would give
-/// (they once all said `error`); a snapshot with clones is refused as `invalid`
-/// (it said `locked`, which means another node writes the VDI).
+/// (they once all said `error`). A snapshot with clones was refused as `locked`
+/// (which means another node writes the VDI); it is now deleted by name and kept
+/// for its readers (e2e_lineage), and says so in its JSON.
 #[test]
 fn test_json_error_kinds_are_the_nodes_words() {
     let c = Cluster::start(1, 1);
@@ -390,9 +391,11 @@ fn test_json_error_kinds_are_the_nodes_words() {
     assert!(o.status.success(), "{}", text(&o));
     let o = c.drove(0, &["vdi", "clone", "golden", "web1"]);
     assert!(o.status.success(), "{}", text(&o));
-    let (kind, msg) = json_error(&c, &["vdi", "delete", "golden"]);
-    assert_eq!(kind, "invalid", "{msg}");
-    assert!(msg.contains("has clones"), "{msg}");
+    let o = c.drove(0, &["vdi", "delete", "golden", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kept_for"], serde_json::json!(["base", "web1"]), "{v}");
+    assert_eq!(json_error(&c, &["vdi", "delete", "golden"]).0, "not_found");
 }
 
 /// VDI and node JSON keep every field: an unset optional value is `null`, an
