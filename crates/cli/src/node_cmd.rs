@@ -105,6 +105,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub nbd_max_connections_per_client: u32,
+    /// Group of the NBD unix socket DIR/nbd.sock (a name or a number): the socket is
+    /// mode 0660 and the data directory 0710 with this group, so its members (QEMU's
+    /// user) may attach any VDI through the socket and read nothing else; the node's
+    /// user must be a member [default: the node's own group].
+    #[arg(long, value_name = "GROUP")]
+    pub nbd_socket_group: Option<String>,
     /// Directory of this node's certificates: ca-cert.pem, server-cert.pem and
     /// server-key.pem (made by `drove cert node`, or `drove up`).
     #[arg(long, value_name = "DIR")]
@@ -256,6 +262,7 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
         nbd_max_connections: a.nbd_max_connections as usize,
         nbd_max_connections_per_client: a.nbd_max_connections_per_client as usize,
+        nbd_socket_group: a.nbd_socket_group,
         nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
         peer_tls: !a.no_peer_tls,
         tls_dir: a.tls_dir,

@@ -38,6 +38,9 @@ pub struct NodeConfig {
     pub nbd_max_connections: usize,
     /// NBD TCP connections open at once from one client address.
     pub nbd_max_connections_per_client: usize,
+    /// The group of the NBD unix socket (a name or a number): its members may attach
+    /// any VDI through it. `None`: the node's own group.
+    pub nbd_socket_group: Option<String>,
     /// The node's certificates: `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
     pub tls_dir: Option<PathBuf>,
     /// TLS on the NBD TCP port (needs `tls_dir` unless off). The unix socket is

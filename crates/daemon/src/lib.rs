@@ -21,6 +21,7 @@ mod health;
 pub mod http_listen;
 mod lineage;
 mod locks;
+mod nbd_socket;
 mod node;
 mod ops_metrics;
 mod rejection;

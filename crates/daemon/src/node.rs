@@ -12,7 +12,7 @@ use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZ
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 
 use crate::admin::{self, Admin};
 use crate::exports::VdiExports;
@@ -36,8 +36,10 @@ fn local(l: &TcpListener) -> Result<String> {
 
 /// Run a node until `shutdown` resolves.
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let socket_gid = crate::nbd_socket::group_id(cfg.nbd_socket_group.as_deref())?;
     // First of all: nothing in the directory is touched unless this node owns it.
-    let _dir_lock = crate::datadir::DirLock::acquire(&cfg.data)?;
+    // It is closed to everyone else until the socket in it has its mode.
+    let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = nbd_tls_config(&cfg)?;
@@ -47,10 +49,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
     let sock = cfg.nbd_socket();
-    // A socket file left by a killed node would make bind fail.
-    let _ = std::fs::remove_file(&sock);
-    let unix_l = UnixListener::bind(&sock)
-        .map_err(|e| Error::io(format!("Cannot listen on {}", sock.display()), e))?;
+    let unix_l = crate::nbd_socket::bind(&sock, socket_gid)?;
+    held_dir.open_to(socket_gid)?;
     let sock_abs = std::fs::canonicalize(&sock).unwrap_or(sock.clone());
 
     let info = NodeInfo {
