@@ -17,6 +17,7 @@ mod clients;
 mod config;
 mod datadir;
 mod exports;
+mod first_head;
 mod health;
 pub mod http_listen;
 mod lineage;

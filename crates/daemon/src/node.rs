@@ -6,8 +6,11 @@ use drove_meta::{Meta, MetaConfig};
 use drove_metrics::Metrics;
 use drove_nbd::Server as NbdServer;
 use drove_objstore::{FileStore, ObjectStore};
+use drove_replica::admission::KnownNodes;
 use drove_replica::catchup::CatchUp;
-use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, Recoverer};
+use drove_replica::{
+    Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, Recoverer, ServerLimits,
+};
 use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZE};
 use std::future::Future;
 use std::sync::Arc;
@@ -138,10 +141,31 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
         open_metrics: cfg.open_metrics,
     }));
-    let admin_server = AdminServer::with_tls(AdminLimits::default(), admin_tls);
+    let admin_limits = AdminLimits {
+        max_conns: cfg.admin_max_connections,
+        per_client: cfg.admin_max_connections_per_client,
+        reserved: cfg.admin_max_connections / 4,
+        handshake: cfg.admin_handshake_timeout,
+        ..AdminLimits::default()
+    };
+    // The reserved shares are for loopback and the nodes of the map.
+    let known = KnownNodes::new(map.clone());
+    let admin_server = AdminServer::with_tls(admin_limits, admin_tls, known);
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
-    let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
-    peer_server.set_http(AdminServer::new(AdminLimits::default()).handoff(meta.router()));
+    let peer_server = PeerServer::with_limits(
+        local.clone(),
+        pool,
+        metrics.clone(),
+        meta.cluster_id(),
+        ServerLimits {
+            max_conns: cfg.peer_max_connections,
+            per_client: cfg.peer_max_connections_per_client,
+            reserved: cfg.peer_max_connections / 4,
+            ..ServerLimits::default()
+        },
+    );
+    // Under the peer listener's connection limits; the rest of the admin limits.
+    peer_server.set_http(AdminServer::new(admin_limits).handoff(meta.router()));
     if let Some(t) = &peer_tls {
         peer_server.set_tls(t.server.clone());
     }
