@@ -24,8 +24,13 @@ struct Rotating {
     size: u64,
 }
 
+/// Open `path` for appending; a new file is the node's user's only (mode 0600): a
+/// node's log names its VDIs, clients and peers.
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    drove_types::private_fs::options()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 /// `PATH.n`.
@@ -140,6 +145,12 @@ mod tests {
         assert!(!numbered(&path, 3).exists(), "keep is 2");
         let names = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(names, 3, "node.log, node.log.1, node.log.2 only");
+        // Each one, the first and those the rotation made, is its user's only.
+        use std::os::unix::fs::PermissionsExt;
+        for p in [path.clone(), numbered(&path, 1), numbered(&path, 2)] {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o600, "{} is {mode:o}", p.display());
+        }
     }
 
     #[test]

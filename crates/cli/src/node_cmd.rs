@@ -105,6 +105,38 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub nbd_max_connections_per_client: u32,
+    /// Admin API connections (--listen) open at once; more are closed at accept. A
+    /// quarter of them is kept for loopback (127.0.0.1, ::1) and the cluster's
+    /// nodes, which other addresses cannot take.
+    #[arg(long, default_value_t = 1024, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(4..=1_000_000))]
+    pub admin_max_connections: u32,
+    /// Admin API connections open at once from one address other than loopback
+    /// and the cluster's nodes.
+    #[arg(long, default_value_t = 64, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub admin_max_connections_per_client: u32,
+    /// Seconds an admin API connection has from connecting to the end of its
+    /// first request's headers, the TLS handshake included (fractions allowed);
+    /// one that takes longer is closed.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    pub admin_handshake_timeout: f64,
+    /// Peer port connections (--peer-listen) open at once; more are closed at
+    /// accept. A quarter of them is kept for the cluster's nodes and loopback.
+    #[arg(long, default_value_t = 4096, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(4..=1_000_000))]
+    pub peer_max_connections: u32,
+    /// Peer port connections open at once from one address that is not a node of
+    /// the cluster (a node joining, say).
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub peer_max_connections_per_client: u32,
+    /// Group of the NBD unix socket DIR/nbd.sock (a name or a number): the socket is
+    /// mode 0660 and the data directory 0710 with this group, so its members (QEMU's
+    /// user) may attach any VDI through the socket and read nothing else; the node's
+    /// user must be a member [default: the node's own group].
+    #[arg(long, value_name = "GROUP")]
+    pub nbd_socket_group: Option<String>,
     /// Directory of this node's certificates: ca-cert.pem, server-cert.pem and
     /// server-key.pem (made by `drove cert node`, or `drove up`).
     #[arg(long, value_name = "DIR")]
@@ -256,6 +288,17 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
         nbd_handshake_timeout: handshake_timeout(a.nbd_handshake_timeout)?,
         nbd_max_connections: a.nbd_max_connections as usize,
         nbd_max_connections_per_client: a.nbd_max_connections_per_client as usize,
+        nbd_socket_group: a.nbd_socket_group,
+        admin_max_connections: a.admin_max_connections as usize,
+        admin_max_connections_per_client: a.admin_max_connections_per_client as usize,
+        admin_handshake_timeout: seconds(
+            "--admin-handshake-timeout",
+            a.admin_handshake_timeout,
+            0.1,
+            3600.0,
+        )?,
+        peer_max_connections: a.peer_max_connections as usize,
+        peer_max_connections_per_client: a.peer_max_connections_per_client as usize,
         nbd_tls: nbd_tls_mode(a.tls_dir.as_deref(), a.nbd_tls)?,
         peer_tls: !a.no_peer_tls,
         tls_dir: a.tls_dir,
@@ -274,6 +317,14 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
 /// `--reserve-space`: a size (K/M/G/T).
 fn parse_reserve(s: &str) -> std::result::Result<u64, String> {
     drove_types::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// `secs` as a duration, if within `min..=max` seconds; else an error naming `flag`.
+fn seconds(flag: &str, secs: f64, min: f64, max: f64) -> Result<std::time::Duration> {
+    if !(min..=max).contains(&secs) {
+        return Err(anyhow!("Bad {flag} {secs}: use {min} to {max} seconds"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 fn handshake_timeout(secs: f64) -> Result<std::time::Duration> {

@@ -7,7 +7,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use drove_daemon::api::Status;
 use drove_types::local_cluster::{ClusterFile, ClusterTls, NodeEntry};
+use drove_types::private_fs;
 use std::net::TcpListener;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -205,8 +207,10 @@ fn make_certs(dir: &Path, nodes: &mut [NodeEntry]) -> Result<ClusterTls> {
     let client = ca.issue_client("drove-client", DAYS)?;
     let [_, client_cert, client_key] = client.write_client(&ca, &tls)?;
     for (i, n) in nodes.iter_mut().enumerate() {
-        // The data directory keeps its usual mode; only its tls/ is private.
-        std::fs::create_dir_all(&n.data).with_context(|| format!("Cannot create {}", n.data))?;
+        // Made as the node would make it (its user's only; the node opens it to
+        // its socket's group when it starts).
+        private_fs::create_dir_all(Path::new(&n.data))
+            .with_context(|| format!("Cannot create {}", n.data))?;
         let names = drove_tls::NodeNames {
             name: format!("node{}", i + 1),
             hosts: vec!["127.0.0.1".into(), "localhost".into()],
@@ -232,12 +236,13 @@ fn abs(p: &Path) -> String {
 }
 
 fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
-    std::fs::create_dir_all(&n.data).with_context(|| format!("Cannot create {}", n.data))?;
+    private_fs::create_dir_all(Path::new(&n.data))
+        .with_context(|| format!("Cannot create {}", n.data))?;
     // The node writes and rotates node.log itself. Its stdout and stderr go to a
     // file of their own, which rotation never moves: what is printed before logging
     // starts (a bad flag) and a panic's default message land there.
     let out_path = Path::new(&n.data).join("node.stderr");
-    let out = std::fs::OpenOptions::new()
+    let out = private_fs::options()
         .create(true)
         .append(true)
         .open(&out_path)
@@ -335,7 +340,11 @@ async fn wait_ready(ctx: &Ctx, n: &NodeEntry, want: usize, child: &mut Child) ->
 }
 
 pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
-    std::fs::create_dir_all(&a.dir)
+    // At most 0755 whatever the umask: no one else may add or swap files in it.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&a.dir)
         .with_context(|| format!("Cannot create {}", a.dir.display()))?;
     let existing = read_file(&a.dir)?;
     if let Some(f) = &existing {
@@ -428,7 +437,7 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
     }
     let file = ClusterFile { nodes, tls };
     let path = a.dir.join("cluster.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&file)?)
+    private_fs::write(&path, &serde_json::to_vec_pretty(&file)?)
         .with_context(|| format!("Cannot write {}", path.display()))?;
     if ctx.json {
         print_json(&file)?;

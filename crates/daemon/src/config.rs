@@ -38,6 +38,21 @@ pub struct NodeConfig {
     pub nbd_max_connections: usize,
     /// NBD TCP connections open at once from one client address.
     pub nbd_max_connections_per_client: usize,
+    /// The group of the NBD unix socket (a name or a number): its members may attach
+    /// any VDI through it. `None`: the node's own group.
+    pub nbd_socket_group: Option<String>,
+    /// Admin API connections open at once; a quarter of them is kept for loopback
+    /// and the cluster's nodes.
+    pub admin_max_connections: usize,
+    /// Admin API connections open at once from one other address.
+    pub admin_max_connections_per_client: usize,
+    /// Time an admin API connection has for its TLS handshake and first request.
+    pub admin_handshake_timeout: std::time::Duration,
+    /// Peer port connections open at once; a quarter of them is kept for the
+    /// cluster's nodes and loopback.
+    pub peer_max_connections: usize,
+    /// Peer port connections open at once from one address that is not a node's.
+    pub peer_max_connections_per_client: usize,
     /// The node's certificates: `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
     pub tls_dir: Option<PathBuf>,
     /// TLS on the NBD TCP port (needs `tls_dir` unless off). The unix socket is

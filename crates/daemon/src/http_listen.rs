@@ -7,8 +7,15 @@
 //! 8 connections each sending a partial 60 MB `/raft/append` body grew a node by
 //! 395 MB. So the listener is served here by hand, with hyper's HTTP/1 connection
 //! (the admin API speaks nothing else):
-//! - the accept loop of the peer server ([`Acceptor`]): a cap on connections, and
-//!   an accept error (EMFILE) retried with backoff instead of ending the loop;
+//! - the accept loop of the peer server ([`Acceptor`]): a cap on connections in all
+//!   ([`AdminLimits::max_conns`]) and per client address
+//!   ([`AdminLimits::per_client`]), with a share ([`AdminLimits::reserved`]) that
+//!   only loopback and the cluster's nodes may take, so that a flood from other
+//!   addresses never locks the operators and the nodes out; an accept error
+//!   (EMFILE) retried with backoff instead of ending the loop;
+//! - a deadline for the first request ([`AdminLimits::handshake`], from the
+//!   accept, the TLS handshake included: `crate::first_head`), so that a connection
+//!   that says nothing is closed in seconds, not after the idle time;
 //! - hyper's header read timeout, which also runs while a kept-alive connection
 //!   waits for its next request: a connection silent for [`AdminLimits::idle`] is
 //!   closed; a response the client does not read for as long fails
@@ -23,10 +30,11 @@
 //!   queued behind large bodies when the budget is exhausted.
 //!
 //! A node with certificates serves the admin API over HTTPS only
-//! ([`AdminServer::with_tls`]): the TLS handshake has [`AdminLimits::idle`] to
-//! finish, and a client that speaks plain HTTP (its first byte is not a TLS
-//! handshake record) gets one `400` whose message says how to reach the node,
-//! then the connection closes.
+//! ([`AdminServer::with_tls`]): the TLS handshake must be done within
+//! [`AdminLimits::handshake`], and a client that speaks plain HTTP (its first byte
+//! is not a TLS handshake record) gets one `400` whose message says how to reach
+//! the node, then the connection closes.
+use crate::first_head::FirstHead;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -36,6 +44,7 @@ use axum::Router;
 use bytes::{Bytes, BytesMut};
 use drove_proto::Budget;
 use drove_replica::accept::{Acceptor, LogEvery};
+use drove_replica::admission::{ConnLimits, LocalOnly, Trusted};
 use drove_replica::stall::WriteDeadline;
 use drove_replica::{HttpHandoff, PeerIo};
 use futures::StreamExt;
@@ -47,6 +56,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 /// A body of at most this many bytes needs no length and takes nothing from the
@@ -58,6 +68,14 @@ pub const SMALL_BODY: usize = 64 << 10;
 pub struct AdminLimits {
     /// Open connections at most; more are closed at once.
     pub max_conns: usize,
+    /// Open connections at most from one address other than loopback and the
+    /// cluster's nodes.
+    pub per_client: usize,
+    /// Of `max_conns`, how many only loopback and the cluster's nodes may take.
+    pub reserved: usize,
+    /// Time from the accept to the end of the first request's head, the TLS
+    /// handshake included.
+    pub handshake: Duration,
     /// Time allowed for a request's headers, counted from the end of the previous
     /// response (or the connection's start); also how long a response may wait
     /// for the client to read it.
@@ -75,6 +93,9 @@ impl Default for AdminLimits {
     fn default() -> Self {
         AdminLimits {
             max_conns: 1024,
+            per_client: 64,
+            reserved: 256,
+            handshake: Duration::from_secs(5),
             idle: Duration::from_secs(60),
             body: Duration::from_secs(60),
             max_body: 64 << 20,
@@ -89,6 +110,8 @@ pub struct AdminServer {
     budget: Budget,
     /// HTTPS only, with this configuration; `None`: plain HTTP.
     tls: Option<TlsAcceptor>,
+    /// Which client addresses may take the reserved share.
+    trusted: Arc<dyn Trusted>,
     /// Refused connections are logged at most once a second (anyone who reaches
     /// the port could fill the log).
     refusals: parking_lot::Mutex<LogEvery>,
@@ -109,18 +132,24 @@ pub struct PeerCert {
 }
 
 impl AdminServer {
-    /// A server held to `limits`.
+    /// A server held to `limits`, in plain HTTP, that keeps its reserve for
+    /// loopback.
     pub fn new(limits: AdminLimits) -> Arc<Self> {
-        Self::with_tls(limits, None)
+        Self::with_tls(limits, None, Arc::new(LocalOnly))
     }
 
     /// A server held to `limits` that speaks HTTPS only, with `tls` (`None`: plain
-    /// HTTP, as [`AdminServer::new`]).
-    pub fn with_tls(limits: AdminLimits, tls: Option<Arc<rustls::ServerConfig>>) -> Arc<Self> {
+    /// HTTP), and keeps its reserve for the addresses `trusted` names.
+    pub fn with_tls(
+        limits: AdminLimits,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        trusted: Arc<dyn Trusted>,
+    ) -> Arc<Self> {
         Arc::new(AdminServer {
             limits,
             budget: Budget::new(limits.budget),
             tls: tls.map(TlsAcceptor::from),
+            trusted,
             refusals: parking_lot::Mutex::new(LogEvery::new(Duration::from_secs(1))),
         })
     }
@@ -134,17 +163,23 @@ impl AdminServer {
     /// future: dropping it closes them.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, router: Router) {
         let app = self.app(router);
-        let mut acceptor = Acceptor::new(listener, self.limits.max_conns, "admin");
+        let limits = ConnLimits {
+            max_conns: self.limits.max_conns,
+            per_client: self.limits.per_client,
+            reserved: self.limits.reserved,
+        };
+        let mut acceptor = Acceptor::new(listener, limits, self.trusted.clone(), "admin");
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
                 (stream, peer, slot) = acceptor.accept() => {
                     let me = self.clone();
                     let app = app.clone();
+                    let deadline = Instant::now() + self.limits.handshake;
                     conns.spawn(async move {
                         match me.tls.clone() {
-                            None => me.serve_conn(app, stream, peer).await,
-                            Some(tls) => me.serve_tls(app, tls, stream, peer).await,
+                            None => me.serve_conn(app, stream, peer, deadline).await,
+                            Some(tls) => me.serve_tls(app, tls, stream, peer, deadline).await,
                         }
                         drop(slot);
                     });
@@ -162,11 +197,19 @@ impl AdminServer {
         Arc::new(Handoff { server: self, app })
     }
 
-    /// Serve one connection of an HTTPS-only listener: a TLS handshake within
-    /// the idle limit, then HTTP inside it; a plain HTTP client is told to use HTTPS.
-    async fn serve_tls(&self, app: Router, tls: TlsAcceptor, stream: TcpStream, peer: SocketAddr) {
+    /// Serve one connection of an HTTPS-only listener: a TLS handshake and the
+    /// first request by `deadline`, then HTTP inside it; a plain HTTP client is
+    /// told to use HTTPS.
+    async fn serve_tls(
+        &self,
+        app: Router,
+        tls: TlsAcceptor,
+        stream: TcpStream,
+        peer: SocketAddr,
+        deadline: Instant,
+    ) {
         let mut first = [0u8; 1];
-        match tokio::time::timeout(self.limits.idle, stream.peek(&mut first)).await {
+        match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
             Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
             Ok(Ok(1)) => {
                 self.refused(peer, "plain HTTP on the HTTPS port, refused");
@@ -175,11 +218,11 @@ impl AdminServer {
             // Closed, failed or silent before its first byte.
             _ => return,
         }
-        let stream = match tokio::time::timeout(self.limits.idle, tls.accept(stream)).await {
+        let stream = match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return self.refused(peer, &format!("TLS handshake failed: {e}")),
             Err(_) => {
-                let why = format!("TLS handshake not done in {:?}", self.limits.idle);
+                let why = format!("TLS handshake not done in {:?}", self.limits.handshake);
                 return self.refused(peer, &why);
             }
         };
@@ -196,7 +239,7 @@ impl AdminServer {
             Some(c) => app.layer(axum::Extension(c)),
             None => app,
         };
-        self.serve_conn(app, stream, peer).await
+        self.serve_conn(app, stream, peer, deadline).await
     }
 
     /// Log a refused connection, unless one was logged less than a second ago.
@@ -210,12 +253,15 @@ impl AdminServer {
         router.layer(middleware::from_fn_with_state(self.clone(), receive_body))
     }
 
+    /// Serve HTTP on `stream`, its first request's head due by `deadline`.
     fn serve_conn<S: PeerIo + 'static>(
         &self,
         app: Router,
         stream: S,
         peer: SocketAddr,
+        deadline: Instant,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let stream = FirstHead::new(stream, deadline);
         let io = TokioIo::new(WriteDeadline::new(stream, self.limits.idle));
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -240,7 +286,11 @@ impl HttpHandoff for Handoff {
         stream: Box<dyn PeerIo>,
         peer: SocketAddr,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-        Box::pin(self.server.serve_conn(self.app.clone(), stream, peer))
+        let deadline = Instant::now() + self.server.limits.handshake;
+        Box::pin(
+            self.server
+                .serve_conn(self.app.clone(), stream, peer, deadline),
+        )
     }
 }
 

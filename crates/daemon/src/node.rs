@@ -6,13 +6,16 @@ use drove_meta::{Meta, MetaConfig};
 use drove_metrics::Metrics;
 use drove_nbd::Server as NbdServer;
 use drove_objstore::{FileStore, ObjectStore};
+use drove_replica::admission::KnownNodes;
 use drove_replica::catchup::CatchUp;
-use drove_replica::{Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, Recoverer};
+use drove_replica::{
+    Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, Recoverer, ServerLimits,
+};
 use drove_types::{Error, NodeId, NodeInfo, NodeState, Result, DEFAULT_OBJECT_SIZE};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 
 use crate::admin::{self, Admin};
 use crate::exports::VdiExports;
@@ -36,8 +39,10 @@ fn local(l: &TcpListener) -> Result<String> {
 
 /// Run a node until `shutdown` resolves.
 pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let socket_gid = crate::nbd_socket::group_id(cfg.nbd_socket_group.as_deref())?;
     // First of all: nothing in the directory is touched unless this node owns it.
-    let _dir_lock = crate::datadir::DirLock::acquire(&cfg.data)?;
+    // It is closed to everyone else until the socket in it has its mode.
+    let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = nbd_tls_config(&cfg)?;
@@ -47,10 +52,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let peer_l = bind(cfg.peer_listen, "peers").await?;
     let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
     let sock = cfg.nbd_socket();
-    // A socket file left by a killed node would make bind fail.
-    let _ = std::fs::remove_file(&sock);
-    let unix_l = UnixListener::bind(&sock)
-        .map_err(|e| Error::io(format!("Cannot listen on {}", sock.display()), e))?;
+    let unix_l = crate::nbd_socket::bind(&sock, socket_gid)?;
+    held_dir.open_to(socket_gid)?;
     let sock_abs = std::fs::canonicalize(&sock).unwrap_or(sock.clone());
 
     let info = NodeInfo {
@@ -138,10 +141,31 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
         open_metrics: cfg.open_metrics,
     }));
-    let admin_server = AdminServer::with_tls(AdminLimits::default(), admin_tls);
+    let admin_limits = AdminLimits {
+        max_conns: cfg.admin_max_connections,
+        per_client: cfg.admin_max_connections_per_client,
+        reserved: cfg.admin_max_connections / 4,
+        handshake: cfg.admin_handshake_timeout,
+        ..AdminLimits::default()
+    };
+    // The reserved shares are for loopback and the nodes of the map.
+    let known = KnownNodes::new(map.clone());
+    let admin_server = AdminServer::with_tls(admin_limits, admin_tls, known);
     let admin_task = tokio::spawn(admin_server.serve(admin_l, admin_router));
-    let peer_server = PeerServer::new(local.clone(), pool, metrics.clone(), meta.cluster_id());
-    peer_server.set_http(AdminServer::new(AdminLimits::default()).handoff(meta.router()));
+    let peer_server = PeerServer::with_limits(
+        local.clone(),
+        pool,
+        metrics.clone(),
+        meta.cluster_id(),
+        ServerLimits {
+            max_conns: cfg.peer_max_connections,
+            per_client: cfg.peer_max_connections_per_client,
+            reserved: cfg.peer_max_connections / 4,
+            ..ServerLimits::default()
+        },
+    );
+    // Under the peer listener's connection limits; the rest of the admin limits.
+    peer_server.set_http(AdminServer::new(admin_limits).handoff(meta.router()));
     if let Some(t) = &peer_tls {
         peer_server.set_tls(t.server.clone());
     }

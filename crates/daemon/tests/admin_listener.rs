@@ -1,5 +1,6 @@
 //! The admin HTTP listener against clients that misbehave: silent, slow with their
-//! headers or body, too many, or sending bodies too large or without a length.
+//! headers or body, too many (from one address or from many), or sending bodies too
+//! large or without a length.
 mod common;
 
 use common::*;
@@ -147,4 +148,86 @@ async fn test_a_body_that_does_not_arrive_in_time_is_refused_and_its_budget_free
     let (status, body) = response(&mut s).await;
     assert_eq!(status, 408, "{body}");
     assert_eq!(server.budget_in_use(), 0);
+}
+
+#[tokio::test]
+async fn test_a_connection_without_its_first_request_is_closed_after_the_handshake_time() {
+    let (_server, addr, _task) = start(AdminLimits {
+        handshake: Duration::from_secs(1),
+        ..AdminLimits::default()
+    })
+    .await;
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut trickle = TcpStream::connect(addr).await.unwrap();
+    trickle
+        .write_all(b"GET /status HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    // A first request in time: the connection is then kept for the idle time (60 s).
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    kept.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut kept).await, (200, "ok".to_string()));
+    let limit = Duration::from_secs(10);
+    let (a, b) = tokio::join!(
+        closed_within(&mut silent, limit),
+        closed_within(&mut trickle, limit)
+    );
+    for (what, took) in [("silent", a), ("first request unfinished", b)] {
+        let took = took.unwrap_or_else(|| panic!("{what}: still open after {limit:?}"));
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+            "{what}: closed after {took:?}"
+        );
+    }
+    kept.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(response(&mut kept).await, (200, "ok".to_string()));
+}
+
+#[tokio::test]
+async fn test_a_flood_from_other_addresses_is_capped_per_address_and_leaves_loopback_room() {
+    let (_server, addr, _task) = start(AdminLimits {
+        max_conns: 8,
+        per_client: 2,
+        reserved: 2,
+        ..AdminLimits::default()
+    })
+    .await;
+    let get = b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut flood = Vec::new();
+    // Two from each address are held; a third from one is closed at once.
+    for from in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        for _ in 0..2 {
+            let mut s = connect_from(from, addr).await;
+            s.write_all(get).await.unwrap();
+            assert_eq!(response(&mut s).await.0, 200, "from {from}");
+            flood.push(s);
+        }
+        let mut third = connect_from(from, addr).await;
+        assert!(
+            closed_within(&mut third, Duration::from_secs(3))
+                .await
+                .is_some(),
+            "a third connection from {from} was kept"
+        );
+    }
+    // Six held from other addresses: all the shared part. A new address is refused.
+    let mut fourth = connect_from("127.0.0.5", addr).await;
+    assert!(
+        closed_within(&mut fourth, Duration::from_secs(3))
+            .await
+            .is_some(),
+        "the part kept for loopback was given to 127.0.0.5"
+    );
+    // Loopback gets the two kept for it, at once.
+    let mut ops = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect_from("127.0.0.1", addr).await;
+        s.write_all(get).await.unwrap();
+        assert_eq!(response(&mut s).await.0, 200);
+        ops.push(s);
+    }
 }

@@ -67,10 +67,20 @@ pub(crate) struct Db {
 }
 
 impl Db {
-    /// Open or create the file and make sure both tables exist (redb refuses to open
-    /// a missing table in a read transaction).
+    /// Open or create the file (mode 0600: redb's own `create` would take the
+    /// umask's mode) and make sure both tables exist (redb refuses to open a missing
+    /// table in a read transaction).
     pub(crate) fn open(path: &Path) -> Result<Db, DbError> {
-        let db = Database::create(path).map_err(redb::Error::from)?;
+        let file = drove_types::private_fs::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(redb::Error::from)?;
+        let db = Database::builder()
+            .create_file(file)
+            .map_err(redb::Error::from)?;
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(LOGS).map_err(redb::Error::from)?;
         txn.open_table(KV).map_err(redb::Error::from)?;
@@ -154,5 +164,29 @@ impl Db {
         let table = txn.open_table(LOGS).map_err(redb::Error::from)?;
         let last = table.last().map_err(redb::Error::from)?;
         Ok(last.map(|(_, v)| v.value().to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn test_the_database_file_is_its_users_only_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.redb");
+        let db = Db::open(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "raft.redb is {mode:o}");
+        let txn = db.db.begin_write().unwrap();
+        txn.open_table(KV).unwrap().insert("k", &b"v"[..]).unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        // An existing database opens with its content.
+        let db = Db::open(&path).unwrap();
+        let txn = db.db.begin_read().unwrap();
+        let v = txn.open_table(KV).unwrap().get("k").unwrap().unwrap();
+        assert_eq!(v.value(), b"v");
     }
 }

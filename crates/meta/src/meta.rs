@@ -200,7 +200,8 @@ impl Meta {
     /// directory it reuses the persisted id, log, vote and snapshot.
     pub async fn open(cfg: MetaConfig) -> Result<Arc<Meta>> {
         let dir = cfg.data_dir.join("meta");
-        std::fs::create_dir_all(&dir)
+        // The metadata names every VDI and holds its keys' wrappings: its user only.
+        drove_types::private_fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
         let client = http_client(None, cfg.tls.as_ref(), cfg.routes.as_ref())?;

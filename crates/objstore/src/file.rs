@@ -7,7 +7,7 @@ use crate::layout::Layout;
 use crate::objfile::ObjFile;
 use crate::space::Reserve;
 use crate::{check_object_size, check_range, sys, ObjectStore};
-use drove_types::{Error, ObjVersion, ObjectId, Result};
+use drove_types::{private_fs, Error, ObjVersion, ObjectId, Result};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -43,9 +43,11 @@ impl FileStore {
     /// that need new blocks fail with `NoSpace` (see `space`).
     pub fn open_reserving(dir: &Path, object_size: u64, reserve: Option<u64>) -> Result<FileStore> {
         check_object_size(object_size)?;
-        fs::create_dir_all(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        // Objects are VDI data in clear: their user only (drove_types::private_fs).
+        private_fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         let lock_path = dir.join("LOCK");
-        let lock = File::options()
+        let lock = private_fs::options()
             .read(true)
             .write(true)
             .create(true)
@@ -389,6 +391,46 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Unavailable);
         drop(a);
         FileStore::open(dir.path(), OBJ).unwrap();
+    }
+
+    /// Every entry under `dir` with its permission bits.
+    fn modes(dir: &Path) -> Vec<(std::path::PathBuf, bool, u32)> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            out.push((p.clone(), m.is_dir(), m.permissions().mode() & 0o7777));
+            if m.is_dir() {
+                out.extend(modes(&p));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn test_the_store_creates_its_files_and_directories_for_its_user_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let s = FileStore::open(&root, OBJ).unwrap();
+        // A write creates an object in place; a replace builds one under other
+        // names and renames them in.
+        s.write(ObjectId::new(VdiId(1), 0), 0, &[1u8; 4096])
+            .unwrap();
+        let v = ObjVersion {
+            generation: 1,
+            epoch: 1,
+        };
+        s.replace(ObjectId::new(VdiId(2), 5000), &[2u8; 8192], v)
+            .unwrap();
+        s.flush(&[]).unwrap();
+        let found = modes(dir.path());
+        let files = found.iter().filter(|(_, d, _)| !d).count();
+        assert_eq!(files, 5, "LOCK and two files per object: {found:?}");
+        for (p, is_dir, mode) in &found {
+            let want = if *is_dir { 0o700 } else { 0o600 };
+            assert_eq!(*mode, want, "{} is {mode:o}", p.display());
+        }
     }
 
     #[test]

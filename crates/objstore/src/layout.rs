@@ -14,7 +14,7 @@
 //! A new directory entry (object created or deleted, directory created) is only
 //! durable once its parent directory is fsynced. The parents that gained or lost an
 //! entry are remembered in a dirty set that `flush` drains.
-use drove_types::{Error, ObjectId, Result, VdiId};
+use drove_types::{private_fs, Error, ObjectId, Result, VdiId};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -50,7 +50,7 @@ impl Layout {
             dirty_dirs: Mutex::new(BTreeSet::new()),
             version_at: object_size / drove_types::BLOCK_SIZE * crate::crc::CRC_LEN as u64,
         };
-        match fs::create_dir(&root) {
+        match private_fs::create_dir(&root) {
             Ok(()) => layout.mark_dirty(dir.to_path_buf()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io(format!("create {}", root.display()), e)),
@@ -106,9 +106,10 @@ impl Layout {
         Ok(())
     }
 
-    /// mkdir `path`. Ok(true) if it exists now, Ok(false) if `parent` is missing.
+    /// mkdir `path` (mode 0700). Ok(true) if it exists now, Ok(false) if `parent`
+    /// is missing.
     fn create_dir(&self, path: &Path, parent: &Path) -> Result<bool> {
-        match fs::create_dir(path) {
+        match private_fs::create_dir(path) {
             Ok(()) => {
                 self.mark_dirty(parent.to_path_buf());
                 Ok(true)

@@ -11,7 +11,7 @@ use crate::stripes::Stripes;
 use crate::sys;
 use drove_types::{Error, ObjVersion, ObjectId, Result, BLOCK_SIZE};
 use parking_lot::Mutex;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -539,8 +539,9 @@ impl ObjFile {
     }
 }
 
+/// Open an object's file; one created is its user's only (mode 0600).
 fn open_rw(path: &Path, create: bool, truncate: bool) -> io::Result<File> {
-    OpenOptions::new()
+    drove_types::private_fs::options()
         .read(true)
         .write(true)
         .create(create)

@@ -6,13 +6,14 @@
 //! 19,800 idle admin connections; its peers saw it flap and the epoch went from 4 to
 //! 19 in two minutes. On an error the loop logs (at most once a second), waits (10 ms,
 //! doubling up to 1 s, so that a lasting shortage is not a busy loop) and tries
-//! again. Connections over the cap are closed at once, which bounds what a flood of
-//! idle connections can hold.
+//! again. Connections over the limits ([`crate::admission`]: in all, per client
+//! address, the share kept for the cluster's nodes and loopback) are closed at
+//! once, which bounds what a flood of idle connections can hold and from where.
+use crate::admission::{Admission, ConnLimits, Slot, Trusted};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// First wait after a failed accept.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -54,53 +55,57 @@ impl LogEvery {
     }
 }
 
-/// A listener with a cap on open connections and an accept loop that never ends.
+/// A listener with limits on open connections and an accept loop that never ends.
 pub struct Acceptor {
     listener: TcpListener,
-    slots: Arc<Semaphore>,
-    max: usize,
+    admission: Arc<Admission>,
     what: &'static str,
     backoff: Duration,
     errors: LogEvery,
-    full: LogEvery,
+    refused: LogEvery,
 }
 
 impl Acceptor {
-    /// Accept on `listener` at most `max_conns` connections at once; `what` names
-    /// the listener in logs ("peer", "admin").
-    pub fn new(listener: TcpListener, max_conns: usize, what: &'static str) -> Acceptor {
-        let max = max_conns.clamp(1, Semaphore::MAX_PERMITS);
+    /// Accept on `listener` within `limits`, `trusted` saying which addresses may
+    /// take the reserved share; `what` names the listener in logs ("peer", "admin").
+    pub fn new(
+        listener: TcpListener,
+        limits: ConnLimits,
+        trusted: Arc<dyn Trusted>,
+        what: &'static str,
+    ) -> Acceptor {
         Acceptor {
             listener,
-            slots: Arc::new(Semaphore::new(max)),
-            max,
+            admission: Admission::new(limits, trusted),
             what,
             backoff: MIN_BACKOFF,
             errors: LogEvery::new(Duration::from_secs(1)),
-            full: LogEvery::new(Duration::from_secs(1)),
+            refused: LogEvery::new(Duration::from_secs(1)),
         }
     }
 
     /// Connections open now.
     pub fn open(&self) -> usize {
-        self.max - self.slots.available_permits()
+        self.admission.open()
     }
 
-    /// The next connection under the cap, with its slot: drop the slot when the
-    /// connection closes. Cancel-safe (the wait state lives in `self`).
-    pub async fn accept(&mut self) -> (TcpStream, SocketAddr, OwnedSemaphorePermit) {
+    /// The next connection within the limits, with its slot: drop the slot when
+    /// the connection closes. Cancel-safe (the wait state lives in `self`).
+    pub async fn accept(&mut self) -> (TcpStream, SocketAddr, Slot) {
         loop {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     self.backoff = MIN_BACKOFF;
-                    match self.slots.clone().try_acquire_owned() {
+                    match self.admission.admit(peer.ip()) {
                         Ok(slot) => return (stream, peer, slot),
-                        Err(_) => {
-                            if let Some(skipped) = self.full.ready() {
+                        Err(refused) => {
+                            // At most one line a second, whatever the flood.
+                            if let Some(skipped) = self.refused.ready() {
                                 tracing::warn!(
-                                    %peer, max = self.max, skipped,
-                                    "{} listener: connection limit reached, closing new connections",
-                                    self.what
+                                    %peer, skipped,
+                                    "{} listener: closing new connections: {}",
+                                    self.what,
+                                    refused.why(self.admission.limits())
                                 );
                             }
                             drop(stream);
@@ -136,6 +141,7 @@ fn is_per_connection(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::LocalOnly;
 
     #[test]
     fn test_log_every_counts_what_it_holds_back() {
@@ -152,7 +158,7 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let mut a = Acceptor::new(l, 1, "test");
+        let mut a = Acceptor::new(l, ConnLimits::new(1, 1), Arc::new(LocalOnly), "test");
         let _c1 = TcpStream::connect(addr).await.unwrap();
         let (_s1, _, slot) = a.accept().await;
         assert_eq!(a.open(), 1);
@@ -166,5 +172,75 @@ mod tests {
         let _c3 = TcpStream::connect(addr).await.unwrap();
         let (_s3, _, _slot) = a.accept().await;
         assert_eq!(a.open(), 1);
+    }
+}
+
+#[cfg(test)]
+mod per_client_tests {
+    use super::*;
+    use crate::admission::LocalOnly;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpSocket;
+
+    async fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        s.connect(to).await.unwrap()
+    }
+
+    /// Whether the acceptor closed `s` at once (it reads end of file).
+    async fn closed(s: &mut TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_millis(500), s.read(&mut b)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn test_a_flood_from_other_addresses_leaves_loopback_its_reserve() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = l.local_addr().unwrap();
+        let limits = ConnLimits {
+            max_conns: 6,
+            per_client: 2,
+            reserved: 2,
+        };
+        let mut a = Acceptor::new(l, limits, Arc::new(LocalOnly), "test");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let serve = tokio::spawn(async move {
+            loop {
+                let conn = a.accept().await;
+                let _ = tx.send(conn);
+            }
+        });
+        let mut kept = Vec::new();
+        // 127.0.0.2 gets two, 127.0.0.3 two, 127.0.0.4 none: the shared four are taken.
+        let mut refused = 0;
+        for from in [
+            "127.0.0.2",
+            "127.0.0.2",
+            "127.0.0.2",
+            "127.0.0.3",
+            "127.0.0.3",
+        ] {
+            let mut s = connect_from(from, to).await;
+            if closed(&mut s).await {
+                refused += 1;
+            }
+            kept.push(s);
+        }
+        assert_eq!(refused, 1, "the third from 127.0.0.2");
+        let mut s = connect_from("127.0.0.4", to).await;
+        assert!(closed(&mut s).await, "the shared part is full");
+        // Loopback still gets the two reserved.
+        for _ in 0..2 {
+            let mut s = connect_from("127.0.0.1", to).await;
+            assert!(!closed(&mut s).await, "refused from 127.0.0.1");
+            kept.push(s);
+        }
+        let accepted: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(accepted.len(), 6);
+        serve.abort();
     }
 }

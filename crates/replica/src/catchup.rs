@@ -187,7 +187,8 @@ impl CatchUp {
             })
             .map_err(|e| Error::new(ErrorKind::Io, format!("encode recovery state: {e}")))?;
             let tmp = p.with_extension("tmp");
-            std::fs::write(&tmp, body)
+            // Its user's only, as everything in the data directory.
+            drove_types::private_fs::write(&tmp, &body)
                 .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
                 .and_then(|_| std::fs::rename(&tmp, p))
                 .map_err(|e| Error::io(format!("Cannot write {}", p.display()), e))?;
@@ -274,6 +275,10 @@ mod tests {
         r.unwrap();
         // The clean epoch survives a restart.
         c.set_clean(Epoch(4)).unwrap();
-        assert_eq!(CatchUp::open(Some(path)).clean_epoch(), Epoch(4));
+        assert_eq!(CatchUp::open(Some(path.clone())).clean_epoch(), Epoch(4));
+        // The file is its user's only, whatever the umask.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "recovery.json is {mode:o}");
     }
 }

@@ -246,6 +246,11 @@ impl PeerPool {
         }
     }
 
+    /// The cluster map the pool finds its peers in.
+    pub(crate) fn map(&self) -> &Arc<MapCell> {
+        &self.map
+    }
+
     /// This node.
     pub fn me(&self) -> NodeId {
         self.me

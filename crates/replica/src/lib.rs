@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod accept;
+pub mod admission;
 pub mod catalog;
 pub mod catchup;
 mod check;

@@ -9,8 +9,9 @@
 //! [`PEER_IDLE`], and a frame that has begun must be complete within [`FRAME_STALL`].
 //! Memory for frames being received comes from one budget shared by every
 //! connection, taken before a body is allocated; the number of connections is
-//! capped; a failed accept is retried ([`crate::accept`]). Garbage on the port
-//! closes that connection and nothing else.
+//! capped, in all and per client address, with a share kept for the nodes of the
+//! map ([`crate::admission`]); a failed accept is retried ([`crate::accept`]).
+//! Garbage on the port closes that connection and nothing else.
 //!
 //! The port also carries the metadata's internal HTTP routes (Raft, forwarded
 //! writes, joins, heartbeats), so that node-to-node traffic has one port and the
@@ -35,6 +36,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::accept::{Acceptor, LogEvery};
+use crate::admission::{ConnLimits, KnownNodes};
 use crate::hello::Greeter;
 use crate::local::LocalStore;
 use crate::stall::WriteDeadline;
@@ -57,6 +59,11 @@ pub const FRAME_STALL: Duration = Duration::from_secs(30);
 pub struct ServerLimits {
     /// Open connections at most; more are closed at once.
     pub max_conns: usize,
+    /// Open connections at most from one address that is not a node of the map
+    /// (or loopback): a node joining, or a stranger.
+    pub per_client: usize,
+    /// Of `max_conns`, how many only the map's nodes and loopback may take.
+    pub reserved: usize,
     /// Time to say hello after connecting.
     pub hello: Duration,
     /// Silence after which a connection is closed.
@@ -72,6 +79,8 @@ impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
             max_conns: 4096,
+            per_client: 256,
+            reserved: 1024,
             hello: Duration::from_secs(10),
             idle: PEER_IDLE,
             stall: FRAME_STALL,
@@ -190,7 +199,13 @@ impl PeerServer {
     /// Accept connections for ever. The connections belong to this future: dropping
     /// it (a node shutting down) closes every one of them.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
-        let mut acceptor = Acceptor::new(listener, self.limits.max_conns, "peer");
+        let limits = ConnLimits {
+            max_conns: self.limits.max_conns,
+            per_client: self.limits.per_client,
+            reserved: self.limits.reserved,
+        };
+        let known = KnownNodes::new(self.pool.map().clone());
+        let mut acceptor = Acceptor::new(listener, limits, known, "peer");
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {

@@ -9,6 +9,7 @@ mod ids;
 pub mod local_cluster;
 mod log_target;
 mod map;
+pub mod private_fs;
 mod shown;
 mod size;
 mod vdi;

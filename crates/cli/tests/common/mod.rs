@@ -179,6 +179,18 @@ impl Cluster {
         zones: usize,
         extra: &[&str],
     ) -> Cluster {
+        Self::start_cmd(dir, nodes, zones, extra, |_| {})
+    }
+
+    /// [`Cluster::start_with`], with `prepare` given the `drove up` command before
+    /// it runs (to set its umask, say; the nodes inherit it).
+    pub fn start_cmd(
+        dir: tempfile::TempDir,
+        nodes: usize,
+        zones: usize,
+        extra: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Cluster {
         // `drove up` makes certificates and a token by default; a test asks for
         // what it tests (`--tls`, `--auth`) and gets plain HTTP and NBD otherwise.
         let mut plain = Vec::new();
@@ -188,21 +200,20 @@ impl Cluster {
         if !extra.contains(&"--auth") {
             plain.push("--no-auth");
         }
-        let o = run(Command::new(drove_bin())
-            .arg("up")
-            .args(extra)
-            .args(&plain)
-            .args([
-                "--nodes",
-                &nodes.to_string(),
-                "--zones",
-                &zones.to_string(),
-                "--dir",
-                dir.path().to_str().unwrap(),
-                "--detach",
-                "--base-port",
-                "0",
-            ]));
+        let mut up = Command::new(drove_bin());
+        up.arg("up").args(extra).args(&plain).args([
+            "--nodes",
+            &nodes.to_string(),
+            "--zones",
+            &zones.to_string(),
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--detach",
+            "--base-port",
+            "0",
+        ]);
+        prepare(&mut up);
+        let o = run(&mut up);
         assert!(o.status.success(), "drove up failed: {}", text(&o));
         let mut c = Cluster {
             dir,

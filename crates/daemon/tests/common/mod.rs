@@ -59,6 +59,14 @@ pub async fn response(s: &mut TcpStream) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Connect to `to` from `from` (a loopback address: 127.0.0.2 stands for another
+/// host).
+pub async fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    s.connect(to).await.unwrap()
+}
+
 /// Send `raw` on a new connection and read the response.
 pub async fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
