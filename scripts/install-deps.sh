@@ -2,15 +2,21 @@
 # Installs what drove's demo, tests and benchmarks need on Debian 12: the real NBD
 # clients (qemu-img/qemu-io, nbdinfo/nbdcopy, fio), qemu-nbd (the benchmark baseline),
 # QEMU and a kernel for VM tests, libvirt and Prometheus for their tests, dpkg-dev and
-# systemd (systemd-analyze) for the Debian package and its test. Idempotent: installs only what is missing.
+# systemd (systemd-analyze) for the Debian package and its test, FUSE (libfuse-dev, fuse) and
+# outagefs for the power-loss test. Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(qemu-utils qemu-system-x86 qemu-block-extra libnbd-bin python3-libnbd nbdkit fio busybox-static
       linux-image-amd64 build-essential pkg-config curl ca-certificates iproute2 python3
-      cpio e2fsprogs openssl prometheus libvirt-daemon-system libvirt-clients dpkg-dev systemd)
+      cpio e2fsprogs openssl prometheus libvirt-daemon-system libvirt-clients dpkg-dev systemd
+      libfuse-dev)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
+# fuse (fusermount, for libfuse 2 that outagefs links) unless fuse3 is there: fuse3 breaks
+# fuse, and installing one removes the other with whatever depends on it.
+installed fuse || installed fuse3 || missing+=(fuse)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if [ ${#missing[@]} -gt 0 ]; then
@@ -43,5 +49,11 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "Install rustup (https://rustup.rs), then run this again." >&2
   fi
   exit 1
+fi
+# outagefs, the recording FUSE file of the power-loss test (crates/cli/tests/e2e_power_loss.rs),
+# with cargo install into ~/.cargo/bin; it builds against libfuse-dev (pkg-config fuse).
+if ! command -v outagefs >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/outagefs" ]; then
+  echo "==> cargo install --locked outagefs@0.1.0"
+  cargo install --locked --quiet outagefs@0.1.0
 fi
 echo "==> dependencies present: $(cargo --version), $(qemu-img --version | head -1), $(fio --version)"

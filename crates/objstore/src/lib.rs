@@ -58,6 +58,14 @@ pub trait ObjectStore: Send + Sync {
         self.read(oid, offset, len).map(bytes::Bytes::from)
     }
 
+    /// Block `block` of `oid` as it lies on the disk, without checking its stored
+    /// checksum: for recovery only, to seal again a block that every copy fails
+    /// (a write whose data or checksum a power loss kept from the disk). The
+    /// default reads it checked, so a store that cannot do this never seals.
+    fn read_unverified(&self, oid: ObjectId, block: u64) -> Result<Vec<u8>> {
+        self.read(oid, block * BLOCK_SIZE, BLOCK_SIZE as u32)
+    }
+
     /// Write `data` at `offset`, creating the object if needed. An empty `data` only
     /// checks the range. A partial-block write reads the old block (and fails with
     /// `Corrupt` if it does not verify) to recompute its checksum.

@@ -251,6 +251,13 @@ impl ObjFile {
         Ok(buf)
     }
 
+    /// Block `b` as it lies in the data file, not checked against its checksum
+    /// (range already checked).
+    pub(crate) fn read_unverified(&self, b: u64) -> Result<Vec<u8>> {
+        let _locks = self.stripes.read(b, b);
+        sys::read_new_at(&self.data, BLOCK, b * BS).map_err(|e| self.io_err("read", e))
+    }
+
     /// The content digest of the first `len` bytes from the stored checksums
     /// alone (4 bytes read per 4 KiB block; see [`crate::content_crc`]).
     pub(crate) fn content_crc(&self, len: u32) -> Result<u32> {

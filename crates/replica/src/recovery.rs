@@ -765,8 +765,11 @@ impl Recoverer {
         };
         let epoch = self.view().map.epoch;
         let mut got = Vec::with_capacity(rotten.len());
+        let mut sealed = Vec::new();
         for b in rotten {
             let mut found = None;
+            // Whether every other copy of the version fails this block too.
+            let mut torn_everywhere = true;
             for &n in &order {
                 let req = PeerReq::Read {
                     oid,
@@ -779,13 +782,26 @@ impl Recoverer {
                         found = Some((n, data));
                         break;
                     }
-                    Ok(_) => {}
+                    Ok(_) => torn_everywhere = false,
                     Err(e) => {
+                        torn_everywhere &= e.kind() == ErrorKind::Corrupt;
                         tracing::debug!(me = %self.me, %oid, node = %n, block = b, "no block to mend with: {e}")
                     }
                 }
             }
             let Some((n, data)) = found else {
+                if torn_everywhere {
+                    // Every copy fails the block: a power loss of their nodes kept a
+                    // write's data or its checksum from every disk (they are written
+                    // one after the other and synced by the flush that follows; the
+                    // write was not acknowledged durable). Rot does not strike every
+                    // copy of a block at once. The block is sealed as this copy holds
+                    // it (the old write or the new one, which the client may read
+                    // after losing an unflushed write); the other copies then mend
+                    // from this one, or are replaced by the copy recovery picks.
+                    sealed.push(b);
+                    continue;
+                }
                 tracing::warn!(me = %self.me, %oid, block = b, "no copy of the version holds the block whole: not mended");
                 return false;
             };
@@ -794,16 +810,26 @@ impl Recoverer {
         let cu = self.local.catchup();
         let _held = cu.copy_lock(oid).await;
         let from: Vec<(u64, NodeId)> = got.iter().map(|(b, n, _)| (*b, *n)).collect();
+        let resealed = sealed.clone();
         let written = blocking(self.local.store(), move |s| {
             for (b, _, data) in &got {
                 s.write(oid, b * BLOCK_SIZE, data)?;
+            }
+            for b in &resealed {
+                let data = s.read_unverified(oid, *b)?;
+                s.write(oid, b * BLOCK_SIZE, &data)?;
             }
             s.flush(&[oid])
         })
         .await;
         match written {
             Ok(()) => {
-                tracing::info!(me = %self.me, %oid, blocks = ?from, "recovery: mended the copy's rotten blocks (block, from)");
+                if !from.is_empty() {
+                    tracing::info!(me = %self.me, %oid, blocks = ?from, "recovery: mended the copy's rotten blocks (block, from)");
+                }
+                if !sealed.is_empty() {
+                    tracing::warn!(me = %self.me, %oid, blocks = ?sealed, "recovery: every copy of the version fails these blocks, as a write cut by a power loss leaves them: sealed as this copy holds them");
+                }
                 true
             }
             Err(e) => {

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod outage;
 pub mod vm;
 
 pub use rustix::process::Signal;
