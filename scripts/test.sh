@@ -10,6 +10,6 @@ cargo fmt --all -- --check
 echo "==> cargo clippy -D warnings"
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 echo "==> cargo test (unit, property, multi-process end-to-end)"
-cargo test --release --locked --workspace -- --test-threads=2
+cargo test --release --locked --workspace --no-fail-fast -- --test-threads=2
 echo "==> demo (make demo's script, as a user runs it)"
 bash scripts/demo.sh
