@@ -162,7 +162,8 @@ async fn test_connections_over_the_cap_are_closed_at_once() {
         .await
         .is_some());
     assert!(
-        logs.text().contains("closing new connections: 2 connections open"),
+        logs.text()
+            .contains("closing new connections: 2 connections open"),
         "{}",
         logs.text()
     );
