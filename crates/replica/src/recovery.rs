@@ -796,9 +796,11 @@ impl Recoverer {
                     // one after the other and synced by the flush that follows; the
                     // write was not acknowledged durable). Rot does not strike every
                     // copy of a block at once. The block is sealed as this copy holds
-                    // it (the old write or the new one, which the client may read
-                    // after losing an unflushed write); the other copies then mend
-                    // from this one, or are replaced by the copy recovery picks.
+                    // it: the old write, the new one, or a mix of the two by sector
+                    // (the disk tears an unflushed write there), what a client may
+                    // read of a disk after losing an unflushed write. The other copies
+                    // then mend from this one, or are replaced by the copy recovery
+                    // picks.
                     sealed.push(b);
                     continue;
                 }
