@@ -24,6 +24,10 @@ pub struct UpArgs {
     /// Number of zones; nodes are put in zones round-robin [default: one zone per node].
     #[arg(long)]
     zones: Option<usize>,
+    /// Fill the zones one after another (z1's nodes first, then z2's, ...) instead of
+    /// round-robin: the order in which a site brought up zone by zone joins.
+    #[arg(long)]
+    grouped: bool,
     /// Directory for the nodes' data, logs and cluster.json.
     #[arg(long, default_value = "drove-cluster")]
     dir: PathBuf,
@@ -126,6 +130,16 @@ fn read_file(dir: &Path) -> Result<Option<ClusterFile>> {
     }
 }
 
+/// The zone (from 0) of node `i` (from 0) of `nodes` in `zones` zones: round-robin,
+/// or `grouped` (the first nodes fill z1, the next z2, ...; sizes differ by one at most).
+fn zone_of(i: usize, nodes: usize, zones: usize, grouped: bool) -> usize {
+    if grouped {
+        i * zones / nodes
+    } else {
+        i % zones
+    }
+}
+
 /// The layout of a new cluster: ports and zones.
 fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
     if a.nodes == 0 || a.nodes > 64 {
@@ -161,7 +175,7 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
         let data = dir.join(format!("node{}", i + 1));
         out.push(NodeEntry {
             id: 0,
-            zone: format!("z{}", i % zones + 1),
+            zone: format!("z{}", zone_of(i, a.nodes, zones, a.grouped) + 1),
             admin: format!("127.0.0.1:{}", ports[0]),
             peer: format!("127.0.0.1:{}", ports[1]),
             nbd_tcp: format!("nbd://127.0.0.1:{}", ports[2]),
@@ -621,6 +635,16 @@ mod tests {
             tls_dir: None,
             admin_token_file: None,
         }
+    }
+
+    #[test]
+    fn grouped_zones_fill_one_after_another() {
+        let zones = |n, z, g| (0..n).map(|i| zone_of(i, n, z, g)).collect::<Vec<_>>();
+        assert_eq!(zones(6, 3, false), [0, 1, 2, 0, 1, 2]);
+        assert_eq!(zones(6, 3, true), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(zones(5, 2, true), [0, 0, 0, 1, 1]);
+        assert_eq!(zones(3, 3, true), [0, 1, 2]);
+        assert_eq!(zones(4, 1, true), [0, 0, 0, 0]);
     }
 
     #[test]
