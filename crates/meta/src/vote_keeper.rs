@@ -106,7 +106,12 @@ impl Meta {
 
     /// Make one change: promote a learner once it caught up, or demote a voter to
     /// learner.
-    pub(crate) async fn make(&self, step: Step, state: &MetaState, why: &str) -> Result<(), String> {
+    pub(crate) async fn make(
+        &self,
+        step: Step,
+        state: &MetaState,
+        why: &str,
+    ) -> Result<(), String> {
         let zone = |id: u64| {
             state
                 .map

@@ -98,7 +98,7 @@ fn tier(m: &Member, leader: u64, grace: Duration) -> Option<u8> {
 fn odd_at_most(k: usize) -> usize {
     if k <= 1 {
         1
-    } else if k % 2 == 0 {
+    } else if k.is_multiple_of(2) {
         k - 1
     } else {
         k
@@ -169,6 +169,9 @@ fn safe_to_demote(voters: &[&Member], id: u64) -> bool {
     !left.is_empty() && up > left.len() / 2
 }
 
+/// A zone (`None`: the leader's before the map has it) and its members' (tier, id).
+type ZoneSeats<'a> = (Option<&'a str>, Vec<(u8, u64)>);
+
 /// `n` members of `seated` (with their tiers) in the order of the module doc.
 fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
     let leader_zone = seated
@@ -196,7 +199,7 @@ fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
                 .filter(|(_, m)| out.contains(&m.id) && m.zone.as_deref() == z)
                 .count()
         };
-        let mut order: Vec<(Option<&str>, Vec<(u8, u64)>)> = zones.into_iter().collect();
+        let mut order: Vec<ZoneSeats> = zones.into_iter().collect();
         for (_, ms) in &mut order {
             ms.sort_unstable();
         }

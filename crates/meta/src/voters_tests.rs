@@ -77,7 +77,11 @@ fn test_zones_joined_one_at_a_time_end_with_one_voter_per_zone() {
         ms.push(up(id, zone));
         settle(&mut ms, 1, 3);
         seen.push(voters(&ms));
-        assert_eq!(voters(&ms).len() % 2, 1, "an even number of voters: {seen:?}");
+        assert_eq!(
+            voters(&ms).len() % 2,
+            1,
+            "an even number of voters: {seen:?}"
+        );
     }
     assert_eq!(
         seen,
@@ -140,10 +144,17 @@ fn test_two_datacenters_and_a_witness_vote_one_each_or_two_two_one() {
 
 /// Three zones of two nodes, voters 1 (z1, leader), 3 (z2), 5 (z3).
 fn three_by_two() -> Vec<Member> {
-    let mut ms: Vec<Member> = [(1, "z1"), (2, "z1"), (3, "z2"), (4, "z2"), (5, "z3"), (6, "z3")]
-        .iter()
-        .map(|&(id, z)| up(id, z))
-        .collect();
+    let mut ms: Vec<Member> = [
+        (1, "z1"),
+        (2, "z1"),
+        (3, "z2"),
+        (4, "z2"),
+        (5, "z3"),
+        (6, "z3"),
+    ]
+    .iter()
+    .map(|&(id, z)| up(id, z))
+    .collect();
     for m in &mut ms {
         m.voter = [1, 3, 5].contains(&m.id);
     }
