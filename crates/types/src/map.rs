@@ -36,9 +36,10 @@ pub struct NodeInfo {
     pub nbd_socket: String,
     /// Up or down.
     pub state: NodeState,
-    /// A witness (`drove node run --witness`): a metadata voter only, in a zone of
-    /// its own (a third site), that stores no objects (weight 0, never placed on)
-    /// and serves no NBD. Absent in JSON when false.
+    /// A witness: a metadata voter only, in a zone of its own (a third site), that
+    /// stores no objects (weight 0, never placed on) and serves no NBD. Nothing sets
+    /// it yet (`drove node run --witness` is issue 42's item 2); the voter placement
+    /// already counts a witness as a member that may vote. Absent in JSON when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub witness: bool,
 }
