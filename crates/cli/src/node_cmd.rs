@@ -219,7 +219,7 @@ pub async fn run(cmd: NodeCmd, ctx: &Ctx) -> Result<()> {
         NodeCmd::List => {
             let s: Status = ctx.get("/api/status").await?;
             if ctx.json {
-                return print_json(&s.map);
+                return print_json(&nodes_json(&s)?);
             }
             print_nodes(&s);
             Ok(())
@@ -348,24 +348,42 @@ async fn shutdown_signal() {
     }
 }
 
+/// A node's part in the metadata: `leader`, `voter` or `learner`.
+fn meta_role(s: &Status, id: drove_types::NodeId) -> &'static str {
+    if s.leader == Some(id) {
+        "leader"
+    } else if s.voters.contains(&id) {
+        "voter"
+    } else {
+        "learner"
+    }
+}
+
+/// `node list --json`: the cluster map, each node with its `meta` role, and
+/// `voter_zones`: the metadata voters by zone (`{"z1": [1], "z2": [3]}`).
+fn nodes_json(s: &Status) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(&s.map)?;
+    for n in s.map.nodes.values() {
+        v["nodes"][n.id.0.to_string()]["meta"] = meta_role(s, n.id).into();
+    }
+    let zones = drove_types::VoterZones::of(&s.map, &s.voters);
+    v["voter_zones"] = serde_json::to_value(&zones.zones)?;
+    Ok(v)
+}
+
+/// The nodes as a table (ZONE and META: each voter's zone), then one line of where
+/// the metadata voters are: `metadata: 3 voters in 3 zones: z1 (1), z2 (3), z3 (5)`.
 pub fn print_nodes(s: &Status) {
     let rows: Vec<Vec<String>> = s
         .map
         .nodes
         .values()
         .map(|n| {
-            let role = if s.leader == Some(n.id) {
-                "leader"
-            } else if s.voters.contains(&n.id) {
-                "voter"
-            } else {
-                "learner"
-            };
             vec![
                 n.id.to_string(),
                 n.zone.clone(),
                 format!("{:?}", n.state).to_lowercase(),
-                role.to_string(),
+                meta_role(s, n.id).to_string(),
                 n.admin_addr.clone(),
                 n.nbd_addr.clone(),
                 n.nbd_socket.clone(),
@@ -375,5 +393,9 @@ pub fn print_nodes(s: &Status) {
     table::print(
         &["ID", "ZONE", "STATE", "META", "ADMIN", "NBD", "SOCKET"],
         &rows,
+    );
+    println!(
+        "metadata: {}",
+        drove_types::VoterZones::of(&s.map, &s.voters).summary()
     );
 }

@@ -26,6 +26,10 @@ pub struct UpArgs {
     /// Number of zones; nodes are put in zones round-robin [default: one zone per node].
     #[arg(long)]
     zones: Option<usize>,
+    /// Fill the zones one after another (z1's nodes first, then z2's, ...) instead of
+    /// round-robin: the order in which a site brought up zone by zone joins.
+    #[arg(long)]
+    grouped: bool,
     /// Directory for the nodes' data, logs and cluster.json.
     #[arg(long, default_value = "drove-cluster")]
     dir: PathBuf,
@@ -128,6 +132,16 @@ fn read_file(dir: &Path) -> Result<Option<ClusterFile>> {
     }
 }
 
+/// The zone (from 0) of node `i` (from 0) of `nodes` in `zones` zones: round-robin,
+/// or `grouped` (the first nodes fill z1, the next z2, ...; sizes differ by one at most).
+fn zone_of(i: usize, nodes: usize, zones: usize, grouped: bool) -> usize {
+    if grouped {
+        i * zones / nodes
+    } else {
+        i % zones
+    }
+}
+
 /// The layout of a new cluster: ports and zones.
 fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
     if a.nodes == 0 || a.nodes > 64 {
@@ -163,7 +177,7 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
         let data = dir.join(format!("node{}", i + 1));
         out.push(NodeEntry {
             id: 0,
-            zone: format!("z{}", i % zones + 1),
+            zone: format!("z{}", zone_of(i, a.nodes, zones, a.grouped) + 1),
             admin: format!("127.0.0.1:{}", ports[0]),
             peer: format!("127.0.0.1:{}", ports[1]),
             nbd_tcp: format!("nbd://127.0.0.1:{}", ports[2]),
@@ -554,8 +568,46 @@ async fn start_nodes(
             )
             .await
             .context("Cannot set the default copies")?;
+        wait_voters_placed(ctx, &first_admin).await?;
     }
     Ok(())
+}
+
+/// Whether the voters of a local cluster (every node up, default `--max-voters` 3)
+/// are where the leader's vote keeper puts them: an odd number, 3 at most, in as
+/// many distinct zones as they can be. Joiners come in as learners and are promoted
+/// one at a time after `up` has seen them join; a cluster handed over before that
+/// would lose its metadata with the loss of the one node voting.
+fn voters_placed(s: &Status) -> bool {
+    let nodes = s.map.nodes.len();
+    let want = if nodes >= 3 { 3 } else { 1 };
+    let v = drove_types::VoterZones::of(&s.map, &s.voters);
+    let mut zones: Vec<&str> = s.map.nodes.values().map(|n| n.zone.as_str()).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    v.voters == want && v.zones.len() == want.min(zones.len())
+}
+
+/// Wait (up to 60 s) until [`voters_placed`] holds on the node at `admin`.
+async fn wait_voters_placed(ctx: &Ctx, admin: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = ctx.get_at::<Status>(admin, "/api/status").await;
+        match s {
+            Ok(s) if voters_placed(&s) => return Ok(()),
+            Ok(s) if Instant::now() > deadline => {
+                let v = drove_types::VoterZones::of(&s.map, &s.voters);
+                bail!(
+                    "The metadata voters were not placed in 60 s: {}",
+                    v.summary()
+                );
+            }
+            Err(e) if Instant::now() > deadline => {
+                return Err(e).context("The metadata voters were not placed in 60 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 async fn wait_for_stop() {
@@ -616,6 +668,47 @@ pub async fn down(a: DownArgs, _ctx: &Ctx) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// A status of nodes `(id, zone)` with `voters`.
+    fn status_of(nodes: &[(u64, &str)], voters: &[u64]) -> Status {
+        let mut map = drove_types::ClusterMap::default();
+        for &(id, zone) in nodes {
+            let id = drove_types::NodeId(id);
+            map.nodes.insert(id, drove_types::NodeInfo::new(id, zone));
+        }
+        Status {
+            cluster_id: drove_types::ClusterId(0),
+            node_id: drove_types::NodeId(1),
+            leader: Some(drove_types::NodeId(1)),
+            term: 1,
+            voters: voters.iter().map(|&v| drove_types::NodeId(v)).collect(),
+            learners: Vec::new(),
+            map,
+            epoch_history: Vec::new(),
+            maps_from: None,
+            default_copies: 3,
+            vdi_count: 0,
+            quorum_age_ms: Some(0),
+            noout: false,
+        }
+    }
+
+    #[test]
+    fn test_up_waits_for_an_odd_number_of_voters_one_per_zone_first() {
+        let grouped = [(1, "z1"), (2, "z1"), (3, "z2"), (4, "z2"), (5, "z3")];
+        assert!(!voters_placed(&status_of(&grouped, &[1])));
+        assert!(!voters_placed(&status_of(&grouped, &[1, 3])), "two voters");
+        assert!(
+            !voters_placed(&status_of(&grouped, &[1, 2, 3])),
+            "z3 has none"
+        );
+        assert!(voters_placed(&status_of(&grouped, &[1, 3, 5])));
+        // Two zones: two voters share one; one node: it votes alone; two nodes: one.
+        assert!(voters_placed(&status_of(&grouped[..4], &[1, 2, 3])));
+        assert!(voters_placed(&status_of(&grouped[..1], &[1])));
+        assert!(voters_placed(&status_of(&grouped[..2], &[1])));
+        assert!(!voters_placed(&status_of(&grouped[..2], &[1, 2])));
+    }
+
     fn entry(dir: &Path, stderr: &str) -> NodeEntry {
         std::fs::write(dir.join("node.stderr"), stderr).unwrap();
         NodeEntry {
@@ -630,6 +723,16 @@ mod tests {
             tls_dir: None,
             admin_token_file: None,
         }
+    }
+
+    #[test]
+    fn grouped_zones_fill_one_after_another() {
+        let zones = |n, z, g| (0..n).map(|i| zone_of(i, n, z, g)).collect::<Vec<_>>();
+        assert_eq!(zones(6, 3, false), [0, 1, 2, 0, 1, 2]);
+        assert_eq!(zones(6, 3, true), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(zones(5, 2, true), [0, 0, 0, 1, 1]);
+        assert_eq!(zones(3, 3, true), [0, 1, 2]);
+        assert_eq!(zones(4, 1, true), [0, 0, 0, 0]);
     }
 
     #[test]

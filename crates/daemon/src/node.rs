@@ -65,6 +65,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_addr: local(&nbd_l)?,
         nbd_socket: sock_abs.display().to_string(),
         state: NodeState::Up,
+        witness: false,
     };
     let meta = Meta::open(MetaConfig {
         data_dir: cfg.data.clone(),

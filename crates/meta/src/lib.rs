@@ -33,6 +33,8 @@ mod state_machine;
 #[cfg(test)]
 mod store_tests;
 mod types;
+mod vote_keeper;
+mod voters;
 mod write;
 
 pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};

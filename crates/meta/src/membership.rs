@@ -1,10 +1,12 @@
-//! The leader's side of a join: add the node as a learner (or update its address),
-//! then promote it to voter while the cluster has fewer than `max_voters` voters;
-//! and of a removal: the node stops being a voter and a learner, and a caught-up
-//! learner takes its vote. Runs under one lock so concurrent changes see each other.
+//! The leader's side of a join: add the node as a learner (or update its address);
+//! whether and when it votes is the voter placement's call ([`crate::voters`], made
+//! by the leader's [`crate::vote_keeper`] once the node is in the map with its zone).
+//! And of a removal: a voter's vote first goes to the member the placement picks
+//! (added as voter before the old one goes), then the node stops being a voter and
+//! a learner. Runs under one lock so concurrent changes see each other.
 use crate::meta::Meta;
 use crate::remote::{post, retry, JoinRequest, Role, Wire};
-use drove_types::{Error, ErrorKind, NodeState};
+use drove_types::{Error, ErrorKind};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,23 +76,11 @@ impl Meta {
                 return to_wire(e);
             }
         }
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        if voters.contains(&req.id) {
-            return Wire::Ok(Role::Voter);
-        }
-        if voters.len() >= req.max_voters {
-            return Wire::Ok(Role::Learner);
-        }
-        // Promote only a learner that has caught up: that proves the leader reaches
-        // it, so counting it in the quorum cannot stall commits.
-        if let Err(e) = self.wait_caught_up(req.id).await {
-            return Wire::unavailable(format!("Node {} has not caught up: {e}", req.id));
-        }
-        tracing::info!(node = req.id, "promoting a metadata learner to voter");
-        let change = ChangeMembers::AddVoterIds(BTreeSet::from([req.id]));
-        match self.raft.change_membership(change, false).await {
-            Ok(_) => Wire::Ok(Role::Voter),
-            Err(e) => to_wire(e),
+        // The joiner's --max-voters is not used: the leader's bounds the voters.
+        if membership.voter_ids().any(|v| v == req.id) {
+            Wire::Ok(Role::Voter)
+        } else {
+            Wire::Ok(Role::Learner)
         }
     }
 
@@ -146,6 +136,19 @@ impl Meta {
         }
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         if voters.contains(&id) {
+            // The vote goes first to whom the placement picks without this node, so
+            // the voters up never drop: add the new voter, then remove the old.
+            let state = self.state();
+            let members = self.voter_members(&state, Some(id));
+            let grace = Duration::from_millis(state.settings.down_after_ms)
+                * crate::vote_keeper::GRACE_TIMEOUTS;
+            let p = crate::voters::plan(&members, self.id, self.cfg.max_voters, grace);
+            if let Some(step @ crate::voters::Step::Promote(_)) = p.step {
+                let why = format!("node {id} is being removed; wanted voters {:?}", p.voters);
+                if let Err(e) = self.make(step, &state, &why).await {
+                    tracing::warn!(node = id, "no voter added before the removal: {e}");
+                }
+            }
             tracing::info!(node = id, "removing a metadata voter");
             let change = ChangeMembers::RemoveVoters(BTreeSet::from([id]));
             if let Err(e) = self.raft.change_membership(change, false).await {
@@ -156,26 +159,6 @@ impl Meta {
             let change = ChangeMembers::RemoveNodes(BTreeSet::from([id]));
             if let Err(e) = self.raft.change_membership(change, false).await {
                 return to_wire(e);
-            }
-        }
-        // Give its vote to a learner that is up and has caught up, if there is one.
-        let state = self.state();
-        let membership = self.raft.metrics().borrow().membership_config.clone();
-        let membership = membership.membership();
-        let voters = membership.voter_ids().count();
-        let learner = membership.learner_ids().find(|l| {
-            state
-                .map
-                .node(drove_types::NodeId(*l))
-                .is_some_and(|n| n.state == NodeState::Up)
-        });
-        if let (true, Some(l)) = (voters < state.settings.max_voters, learner) {
-            if self.wait_caught_up(l).await.is_ok() {
-                tracing::info!(node = l, "promoting a metadata learner to voter");
-                let change = ChangeMembers::AddVoterIds(BTreeSet::from([l]));
-                if let Err(e) = self.raft.change_membership(change, false).await {
-                    tracing::warn!(node = l, "cannot promote the learner: {e}");
-                }
             }
         }
         Wire::Ok(())
@@ -203,7 +186,7 @@ impl Meta {
         .await
     }
 
-    async fn wait_caught_up(&self, id: u64) -> Result<(), String> {
+    pub(crate) async fn wait_caught_up(&self, id: u64) -> Result<(), String> {
         let target = self.raft.metrics().borrow().last_log_index;
         self.raft
             .wait(Some(CATCH_UP_TIMEOUT))

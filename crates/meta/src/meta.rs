@@ -44,7 +44,8 @@ pub struct Meta {
     /// see room for one more voter.
     pub(crate) membership_lock: tokio::sync::Mutex<()>,
     pub(crate) progress: watch::Sender<Progress>,
-    startup_task: Mutex<Option<JoinHandle<()>>>,
+    /// The background tasks: startup, and the leader's voter placement.
+    startup_task: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
     pub(crate) health: crate::health::Health,
     /// Group commit of this node's proposals (see [`crate::batch`]).
@@ -273,7 +274,7 @@ impl Meta {
             seq: AtomicU64::new(1),
             membership_lock: tokio::sync::Mutex::new(()),
             progress,
-            startup_task: Mutex::new(None),
+            startup_task: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             health: Default::default(),
             batch: crate::batch::Batcher::new(
@@ -285,8 +286,11 @@ impl Meta {
             metrics,
             leases,
         });
-        let task = tokio::spawn(meta.clone().run_startup());
-        *meta.startup_task.lock() = Some(task);
+        let tasks = vec![
+            tokio::spawn(meta.clone().run_startup()),
+            tokio::spawn(meta.clone().run_vote_keeper()),
+        ];
+        *meta.startup_task.lock() = tasks;
         Ok(meta)
     }
 
@@ -429,8 +433,8 @@ impl Meta {
     /// Stop Raft and the background work. Further calls fail with `Unavailable`.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let task = self.startup_task.lock().take();
-        if let Some(task) = task {
+        let tasks = std::mem::take(&mut *self.startup_task.lock());
+        for task in tasks {
             task.abort();
         }
         self.progress.send_if_modified(|p| {

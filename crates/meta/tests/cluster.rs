@@ -30,7 +30,7 @@ fn ids(v: &[NodeId]) -> Vec<u64> {
     v.iter().map(|n| n.0).collect()
 }
 
-/// Start node 1 (bootstrap) and two joiners; wait until all three are ready voters.
+/// Start node 1 (bootstrap) and two joiners; wait until all three are ready and vote.
 async fn three(dirs: &[tempfile::TempDir]) -> Vec<Node> {
     let n1 = start(dirs[0].path(), None).await;
     n1.meta.ready(READY).await.expect("node 1 ready");
@@ -38,7 +38,20 @@ async fn three(dirs: &[tempfile::TempDir]) -> Vec<Node> {
     let n3 = start(dirs[2].path(), Some(n1.addr.clone())).await;
     n2.meta.ready(READY).await.expect("node 2 ready");
     n3.meta.ready(READY).await.expect("node 3 ready");
-    vec![n1, n2, n3]
+    let nodes = vec![n1, n2, n3];
+    three_voters(&nodes.iter().collect::<Vec<_>>()).await;
+    nodes
+}
+
+/// Wait until every node of `nodes` sees voters 1, 2 and 3: a joiner is ready as a
+/// learner, and the leader's vote keeper promotes it once it has caught up.
+async fn three_voters(nodes: &[&Node]) {
+    wait_until(Duration::from_secs(10), "3 voters everywhere", || {
+        nodes
+            .iter()
+            .all(|n| ids(&n.meta.status().voters) == vec![1, 2, 3])
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -226,6 +239,7 @@ async fn test_snapshot_joiner_and_write_after_leader_shutdown() {
         refs.iter().map(|n| n.id()).collect::<Vec<_>>(),
         vec![1, 2, 3]
     );
+    three_voters(&refs).await;
     wait_until(
         Duration::from_secs(5),
         "snapshot state on every node",

@@ -13,6 +13,7 @@ pub mod private_fs;
 mod shown;
 mod size;
 mod vdi;
+mod voters;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
@@ -25,6 +26,7 @@ pub use vdi::{
     PastHome, ReplicationMode, VdiInfo, WritePolicy, DEFAULT_MAX_LAG_BYTES, DEFAULT_MAX_LAG_MS,
     DEFAULT_OBJECT_SIZE, KEPT_PREFIX, MAX_CLIENT_NAME, MAX_COPIES, MAX_NBD_CLIENTS, MAX_PAST_HOMES,
 };
+pub use voters::{VoterZones, UNKNOWN_ZONE};
 
 /// Size of a checksummed block inside an object, in bytes.
 pub const BLOCK_SIZE: u64 = 4096;

@@ -36,6 +36,16 @@ pub struct NodeInfo {
     pub nbd_socket: String,
     /// Up or down.
     pub state: NodeState,
+    /// A witness: a metadata voter only, in a zone of its own (a third site), that
+    /// stores no objects (weight 0, never placed on) and serves no NBD. Nothing sets
+    /// it yet (`drove node run --witness` is issue 42's item 2); the voter placement
+    /// already counts a witness as a member that may vote. Absent in JSON when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub witness: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl NodeInfo {
@@ -51,7 +61,14 @@ impl NodeInfo {
             nbd_addr: String::new(),
             nbd_socket: String::new(),
             state: NodeState::Up,
+            witness: false,
         }
+    }
+
+    /// Whether the node may hold a metadata vote: up, and a data node that is not
+    /// draining (weight above zero) or a witness.
+    pub fn may_vote(&self) -> bool {
+        self.state == NodeState::Up && (self.weight > 0 || self.witness)
     }
 }
 

@@ -12,6 +12,7 @@ fn node(id: u64, zone: &str) -> NodeInfo {
         nbd_addr: format!("10.0.0.{id}:10809"),
         nbd_socket: format!("/run/drove/{id}.sock"),
         state: NodeState::Up,
+        witness: false,
     }
 }
 

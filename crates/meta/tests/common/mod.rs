@@ -41,6 +41,7 @@ fn node_info(addr: &str) -> NodeInfo {
         nbd_addr: "127.0.0.1:2".to_string(),
         nbd_socket: "/tmp/none.sock".to_string(),
         state: NodeState::Up,
+        witness: false,
     }
 }
 
