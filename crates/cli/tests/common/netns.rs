@@ -168,7 +168,37 @@ impl NetCluster {
         for i in 0..n {
             c.wait_members(i, n);
         }
+        // Joiners come in as learners; the leader promotes them once caught up (3
+        // voters at most by default, never 2).
+        c.wait_voters(if n >= 3 { 3 } else { 1 });
         c
+    }
+
+    /// Wait (up to 60 s) until node 0's `node list` shows `want` metadata voters.
+    fn wait_voters(&self, want: usize) {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            let o = self.drove(0, &["node", "list", "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            let voters: usize = v["voter_zones"]
+                .as_object()
+                .map(|z| {
+                    z.values()
+                        .filter_map(|ids| ids.as_array())
+                        .map(Vec::len)
+                        .sum()
+                })
+                .unwrap_or(0);
+            if voters == want {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "{voters} metadata voters after 60 s, not {want}: {v}\n{}",
+                self.log_tail(0, 40)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn spawn(&self, i: usize, join: bool, extra: &[&str]) -> Child {
