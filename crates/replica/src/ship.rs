@@ -25,7 +25,9 @@
 //!   queued or in flight at most `max_lag_bytes`, and in time, the oldest entry
 //!   younger than half of `max_lag` *and* the bytes waiting shippable in half of
 //!   `max_lag` at the rate the lane has been shipping. Half, so that what is admitted
-//!   at the edge still arrives within the bound. The rate is measured afresh in every
+//!   at the edge still arrives within the bound; and the oldest entry's age plus the
+//!   time to ship everything waiting within [`ADMIT_SHARE`] of `max_lag`, a margin for
+//!   a rate measured a little high. The rate is measured afresh in every
 //!   busy spell of the lane (the link may have changed while it was idle), and until
 //!   it is, a lane takes [`FIRST_ALLOWANCE`]; a slower sample replaces it at once. A
 //!   writer at the bound waits (it is slowed, never dropped).
@@ -68,6 +70,10 @@ pub(crate) const MERGE_MAX: usize = 1 << 20;
 /// 512 KB/s link took 2 s for the first allowance alone and a lag reached 3.8 s
 /// against a 2 s bound in e2e_zonesync's home-zone-loss test).
 pub(crate) const FIRST_ALLOWANCE: u64 = 256 << 10;
+/// The share of a VDI's time bound a write admitted now is expected to arrive
+/// within, by the lane's measured rate: the rest is the margin for a rate measured a
+/// little above what the link gives.
+const ADMIT_SHARE: f64 = 0.8;
 /// Entries of a queue looked at for one batch (the queue may hold many thousand).
 const SCAN: usize = 1024;
 /// A lane's shipping rate is sampled over windows at least this long.
@@ -308,7 +314,18 @@ impl State {
             return false;
         }
         match self.rate {
-            Some(r) => (self.bytes + weight) as f64 <= r * half,
+            // The oldest write arrives at the latest once everything queued before
+            // it and the new write are shipped: its age now plus that time must
+            // stay within [`ADMIT_SHARE`] of the bound, the rest being room for a
+            // rate measured a little high (a 1 MiB writer over a 2 MB/s link
+            // reached 2.008 s against a 2 s bound with the two halves alone).
+            Some(r) => {
+                let ship = (self.bytes + weight) as f64 / r;
+                let age = self
+                    .oldest()
+                    .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+                ship <= half && age + ship <= ADMIT_SHARE * time.as_secs_f64()
+            }
             // Two writes larger than the allowance may fly at once: with only one,
             // the lane empties between them, every write starts a new busy spell, no
             // rate is ever measured, and a 1 MiB writer ships one write per WAN

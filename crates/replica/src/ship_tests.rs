@@ -495,3 +495,27 @@ async fn test_a_rewrite_does_not_jump_a_later_write_of_its_bytes_or_a_partial_co
     assert_eq!(lane.lag().writes, 7);
     assert_eq!(lane.lag().bytes, 7 * (4096 + ENTRY_OVERHEAD));
 }
+
+/// With a rate known, the oldest write's age and the time to ship what waits add up
+/// to at most [`ADMIT_SHARE`] of the bound: each half alone is not enough.
+#[test]
+fn test_the_oldest_age_and_the_shipping_time_together_stay_within_the_share() {
+    let mut st = State::default();
+    let bound = (Duration::from_secs(2), 256 << 20);
+    let now = Instant::now();
+    st.rate = Some(2.2e6);
+    st.flying.push(Flying {
+        seq: 0,
+        oid: ObjectId::new(VdiId(7), 0),
+        span: (0, 255),
+        at: now - Duration::from_millis(900),
+        weight: 1 << 20,
+    });
+    st.bytes = 1 << 20;
+    // Age 0.9 s (under half of 2 s) and 2 MiB shippable in 0.95 s (under half too)
+    // each pass alone; together they are over 1.6 s.
+    assert!(!st.admits(1 << 20, bound, now));
+    // Younger, the same bytes fit.
+    st.flying[0].at = now - Duration::from_millis(400);
+    assert!(st.admits(1 << 20, bound, now));
+}
