@@ -310,3 +310,46 @@ fn test_a_witness_lets_either_datacenter_be_lost_and_holds_no_data() {
     let s = json_of(&c, survivor, &["cluster", "status", "--json"]);
     assert!(ids(&s["voters"]).contains(&witness), "{s}");
 }
+
+#[test]
+fn test_witness_refuses_the_flags_of_a_data_node_on_the_command_line_and_in_a_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for flag in [
+        &["--weight", "5"][..],
+        &["--nbd-listen", "127.0.0.1:10809"],
+        &["--nbd-tls", "off"],
+        &["--nbd-socket-group", "0"],
+    ] {
+        let o = run(Command::new(drove_bin())
+            .args(["node", "run", "--witness", "--data", data])
+            .args(flag));
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("'--witness' cannot be used with '{}", flag[0])),
+            "{flag:?}: {}",
+            text(&o)
+        );
+    }
+    // A config file's keys come one by one: the node checks them itself, before it
+    // touches the data directory.
+    let conf = dir.path().join("node.toml");
+    std::fs::write(
+        &conf,
+        format!("data = \"{data}\"\nwitness = true\nnbd_listen = \"127.0.0.1:10809\"\n"),
+    )
+    .unwrap();
+    let o =
+        run(Command::new(drove_bin()).args(["node", "run", "--config", conf.to_str().unwrap()]));
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("--witness serves no NBD: --nbd-listen makes no sense with it"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !std::path::Path::new(data).exists(),
+        "the data directory was made"
+    );
+}
