@@ -30,6 +30,9 @@ pub struct NodeSpace {
     pub used_bytes: Option<u64>,
     /// Objects (replicas) stored on it.
     pub objects: Option<u64>,
+    /// A witness: it holds no data, and `cluster df` leaves it out of the sums.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub witness: bool,
 }
 
 /// What every node said, and the per-VDI use summed over the nodes that answered.
@@ -53,6 +56,7 @@ async fn survey(ctx: &Ctx) -> Result<Survey> {
             free_bytes: None,
             used_bytes: None,
             objects: None,
+            witness: n.witness,
         };
         if n.state != NodeState::Down {
             let usage = ctx.get_at::<Usage>(&n.admin_addr, "/api/usage").await;
@@ -119,7 +123,11 @@ pub async fn node_df(ctx: &Ctx) -> Result<()> {
             vec![
                 n.node.to_string(),
                 n.zone.clone(),
-                n.state.clone(),
+                if n.witness {
+                    format!("{} (witness)", n.state)
+                } else {
+                    n.state.clone()
+                },
                 size_or_dash(n.disk_bytes),
                 size_or_dash(n.free_bytes),
                 disk_used,
@@ -183,7 +191,8 @@ pub async fn cluster_df(ctx: &Ctx) -> Result<()> {
         zone: "all".to_string(),
         ..Default::default()
     };
-    for n in &s.nodes {
+    // A witness holds no copy and its disk is not the cluster's to fill.
+    for n in s.nodes.iter().filter(|n| !n.witness) {
         let z = zones.entry(n.zone.clone()).or_insert_with(|| ZoneSpace {
             zone: n.zone.clone(),
             ..Default::default()

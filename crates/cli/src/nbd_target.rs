@@ -66,6 +66,12 @@ pub(crate) async fn target_of(ctx: &Ctx, node: Option<u64>) -> Result<NodeNbd> {
     if n.state == NodeState::Down {
         bail!("Node {id} is down; pick another with --node");
     }
+    if n.witness {
+        bail!(
+            "Node {id} is a witness: it only votes in the metadata and serves no NBD; \
+             pick a data node with --node (or --cluster)"
+        );
+    }
     let target = choose(Path::new(&n.nbd_socket), &n.nbd_addr, ctx.nbd_tls_dir());
     Ok(NodeNbd {
         id,

@@ -73,6 +73,15 @@ pub struct RunArgs {
     /// Placement weight (relative capacity).
     #[arg(long, default_value_t = 100)]
     pub weight: u32,
+    /// Run a witness: a metadata voter only, for a zone of its own (a third site
+    /// beside two datacenters, so that either can be lost). It stores no objects
+    /// (placement never puts a copy on it), binds no NBD port or socket, and is
+    /// preferred as its zone's voter. The NBD flags and --weight do not go with it.
+    #[arg(long, conflicts_with_all = [
+        "weight", "nbd_listen", "nbd_tls", "nbd_socket_group", "nbd_handshake_timeout",
+        "nbd_max_connections", "nbd_max_connections_per_client",
+    ])]
+    pub witness: bool,
     /// Metadata voters at most; nodes joining after that are learners.
     #[arg(long, default_value_t = 3)]
     pub max_voters: usize,
@@ -261,10 +270,25 @@ async fn run_node_logged(a: RunArgs) -> Result<()> {
     if a.weight == 0 {
         return Err(anyhow!("--weight must be at least 1"));
     }
+    // The command line's conflicts are clap's; a config file's keys come one by one.
+    if a.witness {
+        for (flag, given) in [
+            ("--nbd-listen", a.nbd_listen.is_some()),
+            ("--nbd-tls", a.nbd_tls.is_some()),
+            ("--nbd-socket-group", a.nbd_socket_group.is_some()),
+        ] {
+            if given {
+                return Err(anyhow!(
+                    "--witness serves no NBD: {flag} makes no sense with it"
+                ));
+            }
+        }
+    }
     let cfg = NodeConfig {
         data: a.data.context("--data DIR is needed")?,
         zone: a.zone,
         weight: a.weight,
+        witness: a.witness,
         listen: a.listen,
         peer_listen: match a.peer_listen {
             Some(p) => p,
@@ -348,6 +372,17 @@ async fn shutdown_signal() {
     }
 }
 
+/// A node's part in the metadata, as `node list` shows it: its [`meta_role`], and
+/// `witness` after it for a witness (`voter, witness`).
+fn meta_shown(s: &Status, n: &drove_types::NodeInfo) -> String {
+    let role = meta_role(s, n.id);
+    if n.witness {
+        format!("{role}, witness")
+    } else {
+        role.to_string()
+    }
+}
+
 /// A node's part in the metadata: `leader`, `voter` or `learner`.
 fn meta_role(s: &Status, id: drove_types::NodeId) -> &'static str {
     if s.leader == Some(id) {
@@ -359,7 +394,17 @@ fn meta_role(s: &Status, id: drove_types::NodeId) -> &'static str {
     }
 }
 
-/// `node list --json`: the cluster map, each node with its `meta` role, and
+/// `s`, or `-` when empty (a witness has no NBD address).
+fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// `node list --json`: the cluster map (a witness has `witness: true`), each node
+/// with its `meta` role, and
 /// `voter_zones`: the metadata voters by zone (`{"z1": [1], "z2": [3]}`).
 fn nodes_json(s: &Status) -> Result<serde_json::Value> {
     let mut v = serde_json::to_value(&s.map)?;
@@ -383,10 +428,10 @@ pub fn print_nodes(s: &Status) {
                 n.id.to_string(),
                 n.zone.clone(),
                 format!("{:?}", n.state).to_lowercase(),
-                meta_role(s, n.id).to_string(),
+                meta_shown(s, n),
                 n.admin_addr.clone(),
-                n.nbd_addr.clone(),
-                n.nbd_socket.clone(),
+                dash(&n.nbd_addr),
+                dash(&n.nbd_socket),
             ]
         })
         .collect();

@@ -30,6 +30,16 @@ pub struct UpArgs {
     /// round-robin: the order in which a site brought up zone by zone joins.
     #[arg(long)]
     grouped: bool,
+    /// Add one witness after the --nodes data nodes: a metadata voter only (no
+    /// objects, no NBD; `drove node run --witness`), in a zone of its own, so that
+    /// with two zones of data nodes either zone can be lost and the metadata keeps
+    /// its majority. New clusters only.
+    #[arg(long)]
+    witness: bool,
+    /// The witness's zone [default: the zone after the data nodes' last, z3 for
+    /// --zones 2].
+    #[arg(long, value_name = "ZONE", requires = "witness")]
+    witness_zone: Option<String>,
     /// Directory for the nodes' data, logs and cluster.json.
     #[arg(long, default_value = "drove-cluster")]
     dir: PathBuf,
@@ -110,7 +120,9 @@ fn repick_ports(n: &mut NodeEntry, first: bool, first_admin: &mut String) -> Res
         .collect::<Result<_>>()?;
     n.admin = format!("127.0.0.1:{}", ports[0]);
     n.peer = format!("127.0.0.1:{}", ports[1]);
-    n.nbd_tcp = format!("nbd://127.0.0.1:{}", ports[2]);
+    if !n.witness {
+        n.nbd_tcp = format!("nbd://127.0.0.1:{}", ports[2]);
+    }
     if first {
         first_admin.clone_from(&n.admin);
     }
@@ -154,7 +166,9 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
     let mut out = Vec::new();
     // Ports picked for this plan stay bound until it is made (dropped at return).
     let mut held = Vec::new();
-    for i in 0..a.nodes {
+    let total = a.nodes + usize::from(a.witness);
+    for i in 0..total {
+        let witness = i == a.nodes;
         let ports: Vec<u16> = if a.base_port == 0 {
             (0..3)
                 .map(|_| free_port(&mut held))
@@ -165,7 +179,7 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
                 bail!(
                     "--base-port {} leaves no room for {} nodes",
                     a.base_port,
-                    a.nodes
+                    total
                 );
             }
             let ps: Vec<u16> = (0..3).map(|k| (base + k) as u16).collect();
@@ -175,13 +189,30 @@ fn plan(a: &UpArgs, dir: &Path) -> Result<Vec<NodeEntry>> {
             ps
         };
         let data = dir.join(format!("node{}", i + 1));
+        let zone = if witness {
+            a.witness_zone
+                .clone()
+                .unwrap_or_else(|| format!("z{}", zones + 1))
+        } else {
+            format!("z{}", zone_of(i, a.nodes, zones, a.grouped) + 1)
+        };
         out.push(NodeEntry {
             id: 0,
-            zone: format!("z{}", zone_of(i, a.nodes, zones, a.grouped) + 1),
+            zone,
+            witness,
             admin: format!("127.0.0.1:{}", ports[0]),
             peer: format!("127.0.0.1:{}", ports[1]),
-            nbd_tcp: format!("nbd://127.0.0.1:{}", ports[2]),
-            nbd_unix: abs(&data.join("nbd.sock")),
+            // A witness serves no NBD.
+            nbd_tcp: if witness {
+                String::new()
+            } else {
+                format!("nbd://127.0.0.1:{}", ports[2])
+            },
+            nbd_unix: if witness {
+                String::new()
+            } else {
+                abs(&data.join("nbd.sock"))
+            },
             data: abs(&data),
             pid: 0,
             tls_dir: None,
@@ -266,9 +297,13 @@ fn spawn(n: &NodeEntry, join: Option<&str>) -> Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.args(["node", "run", "--data", &n.data, "--zone", &n.zone])
         .args(["--listen", &n.admin, "--peer-listen", &n.peer])
-        .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
         .arg("--log-file")
         .arg(&log_path);
+    if n.witness {
+        cmd.arg("--witness");
+    } else {
+        cmd.args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")]);
+    }
     if let Some(t) = &n.tls_dir {
         cmd.args(["--tls-dir", t]);
     }
@@ -383,6 +418,12 @@ pub async fn up(a: UpArgs, ctx: &Ctx) -> Result<()> {
             if a.auth && f.nodes.iter().all(|n| n.admin_token_file.is_none()) {
                 bail!(
                     "--auth makes a token for a new cluster; the one in {} has none",
+                    a.dir.display()
+                );
+            }
+            if a.witness && !f.nodes.iter().any(|n| n.witness) {
+                bail!(
+                    "--witness adds a witness to a new cluster; the one in {} has none",
                     a.dir.display()
                 );
             }
@@ -554,9 +595,17 @@ async fn start_nodes(
             };
             n.id = s.node_id.0;
             n.pid = c.id();
-            eprintln!("node {} up in zone {} ({})", n.id, n.zone, n.admin);
+            eprintln!(
+                "{} {} up in zone {} ({})",
+                if n.witness { "witness" } else { "node" },
+                n.id,
+                n.zone,
+                n.admin
+            );
         }
-        let copies = a.copies.unwrap_or(nodes.len().min(3) as u8);
+        // A witness holds no copy.
+        let data_nodes = nodes.iter().filter(|n| !n.witness).count();
+        let copies = a.copies.unwrap_or(data_nodes.min(3) as u8);
         let _: drove_daemon::api::Settings = ctx
             .post_at(
                 &first_admin,
@@ -641,10 +690,22 @@ fn print_table(f: &ClusterFile) {
         .map(|n| {
             vec![
                 n.id.to_string(),
-                n.zone.clone(),
+                if n.witness {
+                    format!("{} (witness)", n.zone)
+                } else {
+                    n.zone.clone()
+                },
                 n.admin.clone(),
-                nbd_tcp_uri(f, n),
-                n.nbd_unix.clone(),
+                if n.witness {
+                    "-".to_string()
+                } else {
+                    nbd_tcp_uri(f, n)
+                },
+                if n.witness {
+                    "-".to_string()
+                } else {
+                    n.nbd_unix.clone()
+                },
                 n.pid.to_string(),
             ]
         })
@@ -714,6 +775,7 @@ mod tests {
         NodeEntry {
             id: 0,
             zone: "z1".into(),
+            witness: false,
             admin: "127.0.0.1:1".into(),
             peer: "127.0.0.1:2".into(),
             nbd_tcp: "nbd://127.0.0.1:3".into(),

@@ -444,8 +444,12 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
     }
     println!("object size: {}", format_size(u64::from(i.object_size)));
     println!("objects:     {}", d.objects);
-    println!("nbd (tcp):   {}", d.nbd_tcp);
-    println!("nbd (unix):  {}", d.nbd_unix);
+    if d.nbd_tcp.is_empty() && d.nbd_unix.is_empty() {
+        println!("nbd:         none on this node (a witness serves no NBD; ask a data node)");
+    } else {
+        println!("nbd (tcp):   {}", d.nbd_tcp);
+        println!("nbd (unix):  {}", d.nbd_unix);
+    }
     println!("nbd access:  {}", crate::access_cmd::describe(i));
     match &d.lock {
         Some(l) => {

@@ -231,8 +231,17 @@ fn detail(a: &Admin, info: VdiInfo) -> api::VdiDetail {
         lock_generation: state.lock_generations.get(&info.id).copied().unwrap_or(0),
         settled_generation: state.settled.get(&info.id).copied().unwrap_or(0),
         objects: info.object_count(),
-        nbd_tcp: nbd_uri(a.nbd_tls, &a.nbd_tcp, &info.name),
-        nbd_unix: format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket),
+        // A witness serves no NBD: no URIs.
+        nbd_tcp: if a.nbd_tcp.is_empty() {
+            String::new()
+        } else {
+            nbd_uri(a.nbd_tls, &a.nbd_tcp, &info.name)
+        },
+        nbd_unix: if a.nbd_socket.is_empty() {
+            String::new()
+        } else {
+            format!("nbd+unix:///{}?socket={}", info.name, a.nbd_socket)
+        },
         info,
     }
 }

@@ -255,9 +255,9 @@ pub struct VdiDetail {
     pub info: VdiInfo,
     /// Objects that cover the VDI.
     pub objects: u64,
-    /// NBD URIs on the answering node.
+    /// NBD URIs on the answering node (empty when it is a witness: it serves no NBD).
     pub nbd_tcp: String,
-    /// NBD URI through the answering node's unix socket.
+    /// NBD URI through the answering node's unix socket (empty on a witness).
     pub nbd_unix: String,
     /// The write lock, when a gateway holds one.
     pub lock: Option<VdiLock>,

@@ -11,6 +11,10 @@ pub struct NodeConfig {
     pub zone: String,
     /// Placement weight.
     pub weight: u32,
+    /// A witness: a metadata voter only. It stores no objects (weight 0, placement
+    /// skips it), binds no NBD port or socket (`nbd_listen` and the NBD settings are
+    /// unused) and is preferred as its zone's metadata voter.
+    pub witness: bool,
     /// Admin HTTP API (and Raft RPC) address.
     pub listen: SocketAddr,
     /// Peer data transport address.

@@ -110,7 +110,14 @@ pub(crate) async fn health(State(a): State<Admin>) -> ApiResult<Health> {
     }];
     answers.extend(join_all(asks).await);
     let state = a.meta.state();
-    Ok(Json(judge(me, a.meta.quorum_age(), &state, &answers)))
+    let voters = a.meta.status().voters;
+    Ok(Json(judge(
+        me,
+        a.meta.quorum_age(),
+        &state,
+        &voters,
+        &answers,
+    )))
 }
 
 /// Share of a disk in use, 0 to 1 (1 for an empty size).
@@ -172,16 +179,19 @@ fn check(level: Level, check: &str, message: String) -> HealthCheck {
 }
 
 /// The verdict of node `me`, from its metadata (`state`), how long ago it last knew
-/// of a working metadata majority, and the answers of the up nodes.
+/// of a working metadata majority, the metadata's voters (none: not known, no voter
+/// check) and the answers of the up nodes.
 pub(crate) fn judge(
     me: NodeId,
     quorum_age: Option<Duration>,
     state: &MetaState,
+    voters: &[NodeId],
     answers: &[Answer],
 ) -> Health {
     let mut checks = Vec::new();
     checks.push(quorum(me, quorum_age));
     checks.extend(nodes(state));
+    checks.extend(crate::health_voters::voters(&state.map, voters));
     if state.settings.noout {
         checks.push(check(
             Level::Warn,
@@ -373,7 +383,7 @@ fn nodes(state: &MetaState) -> Vec<HealthCheck> {
         .map
         .nodes
         .values()
-        .filter(|n| n.state == NodeState::Up && n.weight == 0)
+        .filter(|n| n.state == NodeState::Up && n.weight == 0 && !n.witness)
         .count();
     let leaving = if leaving > 0 {
         format!(", {leaving} of them draining")
@@ -393,13 +403,24 @@ fn nodes(state: &MetaState) -> Vec<HealthCheck> {
         .map(|v| v.copies)
         .min()
         .unwrap_or(state.settings.default_copies);
-    let (level, more) = if down.len() >= usize::from(fewest) {
+    // A witness holds no copy: its loss takes none away.
+    let down_data = state
+        .map
+        .nodes
+        .values()
+        .filter(|n| n.state == NodeState::Down && !n.witness)
+        .count();
+    let (level, more) = if down_data >= usize::from(fewest) {
         (
             Level::Err,
             format!(
-                "; {} down is as many as the fewest copies of a VDI ({fewest}): some objects may have no reachable copy",
-                down.len()
+                "; {down_data} down is as many as the fewest copies of a VDI ({fewest}): some objects may have no reachable copy"
             ),
+        )
+    } else if down_data == 0 {
+        (
+            Level::Warn,
+            "; witnesses hold no data: only the metadata voters are fewer".to_string(),
         )
     } else {
         (

@@ -47,6 +47,11 @@ fn all_healthy() -> Vec<Answer> {
     (1..=3).map(|n| answer(n, healthy(n))).collect()
 }
 
+/// [`super::judge`] without voters (no voter check): the checks here are the others.
+fn judge(me: NodeId, q: Option<Duration>, s: &MetaState, answers: &[Answer]) -> Health {
+    super::judge(me, q, s, &[], answers)
+}
+
 const FRESH: Option<Duration> = Some(Duration::from_millis(400));
 
 fn levels(h: &Health) -> Vec<(Level, &str)> {
@@ -297,4 +302,41 @@ fn test_noout_is_a_warning_while_set() {
     s.settings.noout = false;
     let h = judge(NodeId(1), FRESH, &s, &all_healthy());
     assert_eq!(h.status, Level::Ok, "{h:?}");
+}
+
+#[test]
+fn test_the_voters_check_is_part_of_the_verdict() {
+    // Zones a (1, 2) and b (3), voters 1, 2, 3: losing zone a loses the majority.
+    let h = super::judge(
+        NodeId(1),
+        FRESH,
+        &state(),
+        &[NodeId(1), NodeId(2), NodeId(3)],
+        &all_healthy(),
+    );
+    assert_eq!(h.status, Level::Warn, "{h:?}");
+    assert_eq!(levels(&h)[0], (Level::Warn, "voters"));
+    assert!(
+        h.checks[0]
+            .message
+            .starts_with("losing zone a would stop the metadata: it holds 2 of 3 voters"),
+        "{h:?}"
+    );
+    // A witness down is said, but holds no copy: with VDIs of one copy it is a
+    // warning, not the error a data node down would be.
+    let mut s = state();
+    s.settings.default_copies = 1;
+    let mut w = NodeInfo::new(NodeId(4), "w");
+    w.witness = true;
+    w.weight = 0;
+    w.state = NodeState::Down;
+    s.map.nodes.insert(NodeId(4), w);
+    let h = judge(NodeId(1), FRESH, &s, &all_healthy());
+    assert_eq!(h.status, Level::Warn, "{h:?}");
+    assert!(
+        h.checks[0].message
+            == "node(s) 4 (zone w) down: 3 of 4 nodes up; witnesses hold no data: only the \
+                metadata voters are fewer",
+        "{h:?}"
+    );
 }

@@ -19,6 +19,7 @@ mod datadir;
 mod exports;
 mod first_head;
 mod health;
+mod health_voters;
 pub mod http_listen;
 mod lineage;
 mod locks;

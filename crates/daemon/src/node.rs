@@ -45,27 +45,47 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
-    let nbd_tls = nbd_tls_config(&cfg)?;
+    let nbd_tls = if cfg.witness {
+        None
+    } else {
+        nbd_tls_config(&cfg)?
+    };
     let peer_tls = peer_tls_config(&cfg)?;
     let admin_tls = admin_tls_config(&cfg)?;
     let admin_l = bind(cfg.listen, "the admin API").await?;
     let peer_l = bind(cfg.peer_listen, "peers").await?;
-    let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
+    // A witness serves no NBD: no port, no socket, and its data directory stays
+    // closed to everyone else.
     let sock = cfg.nbd_socket();
-    let unix_l = crate::nbd_socket::bind(&sock, socket_gid)?;
-    held_dir.open_to(socket_gid)?;
-    let sock_abs = std::fs::canonicalize(&sock).unwrap_or(sock.clone());
+    let nbd_ls = if cfg.witness {
+        None
+    } else {
+        let nbd_l = bind(cfg.nbd_listen, "NBD").await?;
+        let unix_l = crate::nbd_socket::bind(&sock, socket_gid)?;
+        held_dir.open_to(socket_gid)?;
+        Some((nbd_l, unix_l))
+    };
+    let (nbd_addr, nbd_socket) = match &nbd_ls {
+        Some((nbd_l, _)) => (
+            local(nbd_l)?,
+            std::fs::canonicalize(&sock)
+                .unwrap_or(sock.clone())
+                .display()
+                .to_string(),
+        ),
+        None => (String::new(), String::new()),
+    };
 
     let info = NodeInfo {
         id: NodeId(0),
         zone: cfg.zone.clone(),
-        weight: cfg.weight,
+        weight: if cfg.witness { 0 } else { cfg.weight },
         admin_addr: local(&admin_l)?,
         peer_addr: local(&peer_l)?,
-        nbd_addr: local(&nbd_l)?,
-        nbd_socket: sock_abs.display().to_string(),
+        nbd_addr,
+        nbd_socket,
         state: NodeState::Up,
-        witness: false,
+        witness: cfg.witness,
     };
     let meta = Meta::open(MetaConfig {
         data_dir: cfg.data.clone(),
@@ -197,22 +217,36 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             p.clean.then_some(drove_types::Epoch(p.epoch))
         },
     ));
-    let mut nbd = NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
-        handshake_timeout: cfg.nbd_handshake_timeout,
-        max_connections: cfg.nbd_max_connections,
-        max_connections_per_client: cfg.nbd_max_connections_per_client,
-        ..Default::default()
-    });
-    if let Some(tls) = nbd_tls {
-        nbd = nbd.with_tls(cfg.nbd_tls, tls);
+    let nbd_tasks = match nbd_ls {
+        Some((nbd_l, unix_l)) => {
+            let mut nbd = NbdServer::new(exports, metrics).with_limits(drove_nbd::Limits {
+                handshake_timeout: cfg.nbd_handshake_timeout,
+                max_connections: cfg.nbd_max_connections,
+                max_connections_per_client: cfg.nbd_max_connections_per_client,
+                ..Default::default()
+            });
+            if let Some(tls) = nbd_tls {
+                nbd = nbd.with_tls(cfg.nbd_tls, tls);
+            }
+            let nbd = Arc::new(nbd);
+            vec![
+                tokio::spawn(nbd.clone().serve_tcp(nbd_l)),
+                tokio::spawn(nbd.serve_unix(unix_l)),
+            ]
+        }
+        None => Vec::new(),
+    };
+    if cfg.witness {
+        tracing::info!(
+            node = %me, zone = %info.zone, admin = %info.admin_addr, peer = %info.peer_addr,
+            "witness ready (a metadata voter only: no objects, no NBD)"
+        );
+    } else {
+        tracing::info!(
+            node = %me, zone = %info.zone, admin = %info.admin_addr, peer = %info.peer_addr,
+            nbd = %info.nbd_addr, socket = %info.nbd_socket, "node ready"
+        );
     }
-    let nbd = Arc::new(nbd);
-    let nbd_tcp = tokio::spawn(nbd.clone().serve_tcp(nbd_l));
-    let nbd_unix = tokio::spawn(nbd.serve_unix(unix_l));
-    tracing::info!(
-        node = %me, zone = %info.zone, admin = %info.admin_addr, peer = %info.peer_addr,
-        nbd = %info.nbd_addr, socket = %info.nbd_socket, "node ready"
-    );
     crate::sd_notify::notify(&format!("READY=1\nSTATUS=node {me} ready"));
 
     let outcome = tokio::select! {
@@ -241,9 +275,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     };
     tracing::info!(node = %me, "shutting down");
     crate::sd_notify::notify("STOPPING=1");
-    nbd_tcp.abort();
-    nbd_unix.abort();
-    let _ = std::fs::remove_file(&sock);
+    for t in &nbd_tasks {
+        t.abort();
+    }
+    if !cfg.witness {
+        let _ = std::fs::remove_file(&sock);
+    }
     // Writes acknowledged without FLUSH may sit in the page cache; a clean stop
     // makes them durable as a disk's cache would on power-off.
     if let Err(e) = drove_replica::local::blocking(&store, |s| s.flush(&[])).await {

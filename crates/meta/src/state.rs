@@ -1179,6 +1179,7 @@ impl MetaState {
     fn upsert_node(&mut self, node: &NodeInfo, now: u64) {
         let id = node.id;
         let change = match self.map.nodes.get(&id) {
+            None if node.witness => Some(format!("node {id} joined (zone {}, witness)", node.zone)),
             None => Some(format!(
                 "node {id} joined (zone {}, weight {})",
                 node.zone, node.weight
@@ -1187,6 +1188,9 @@ impl MetaState {
                 let mut parts = Vec::new();
                 if old.zone != node.zone {
                     parts.push(format!("zone {} -> {}", old.zone, node.zone));
+                }
+                if old.witness != node.witness {
+                    parts.push(format!("witness {} -> {}", old.witness, node.witness));
                 }
                 if old.weight != node.weight {
                     parts.push(format!("weight {} -> {}", old.weight, node.weight));
@@ -1236,22 +1240,47 @@ impl MetaState {
         check_size(size, object_size)?;
         let copies = copies.unwrap_or(self.settings.default_copies);
         check_copies(copies)?;
-        let up = self.map.up_nodes().count();
+        // A witness holds no copy: it does not count.
+        let up = self.map.up_nodes().filter(|n| !n.witness).count();
         if usize::from(copies) > up {
             return Err(invalid(format!(
-                "copies={copies} needs at least {copies} nodes, the cluster has {up}"
+                "copies={copies} needs at least {copies} nodes, the cluster has {up}{}",
+                if self.map.nodes.values().any(|n| n.witness) {
+                    " (witnesses hold no data)"
+                } else {
+                    ""
+                }
             )));
         }
         if let Some(zone) = &home_zone {
-            if !self.map.nodes.values().any(|n| &n.zone == zone) {
-                let mut zones: Vec<&str> =
-                    self.map.nodes.values().map(|n| n.zone.as_str()).collect();
+            if !self
+                .map
+                .nodes
+                .values()
+                .any(|n| &n.zone == zone && !n.witness)
+            {
+                let mut zones: Vec<&str> = self
+                    .map
+                    .nodes
+                    .values()
+                    .filter(|n| !n.witness)
+                    .map(|n| n.zone.as_str())
+                    .collect();
                 zones.sort_unstable();
                 zones.dedup();
-                return Err(invalid(format!(
-                    "No node is in zone '{zone}'; the zones are: {}",
-                    zones.join(", ")
-                )));
+                let only_witness = self.map.nodes.values().any(|n| &n.zone == zone);
+                return Err(invalid(if only_witness {
+                    format!(
+                        "Zone '{zone}' holds only a witness, which stores no data; the zones \
+                         of data nodes are: {}",
+                        zones.join(", ")
+                    )
+                } else {
+                    format!(
+                        "No node is in zone '{zone}'; the zones are: {}",
+                        zones.join(", ")
+                    )
+                }));
             }
         }
         if let Some(h) = home_copies {
@@ -1405,11 +1434,22 @@ fn check_node(
             node.weight
         )));
     }
-    for (what, addr) in [
-        ("admin", &node.admin_addr),
-        ("peer", &node.peer_addr),
-        ("NBD", &node.nbd_addr),
-    ] {
+    if node.witness && node.weight != 0 {
+        return Err(invalid(format!(
+            "Node {id} is a witness with weight {}: a witness holds no data (weight 0)",
+            node.weight
+        )));
+    }
+    if node.witness && !(node.nbd_addr.is_empty() && node.nbd_socket.is_empty()) {
+        return Err(invalid(format!(
+            "Node {id} is a witness with an NBD address: a witness serves no NBD"
+        )));
+    }
+    let nbd = (!node.witness).then_some(("NBD", &node.nbd_addr));
+    for (what, addr) in [("admin", &node.admin_addr), ("peer", &node.peer_addr)]
+        .into_iter()
+        .chain(nbd)
+    {
         if addr.parse::<std::net::SocketAddr>().is_err() {
             return Err(invalid(format!("Bad {what} address '{addr}' of node {id}")));
         }

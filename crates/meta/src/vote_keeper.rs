@@ -99,6 +99,7 @@ impl Meta {
                     voter: voters.contains(&id),
                     zone: node.map(|n| n.zone.clone()),
                     standing,
+                    witness: node.is_some_and(|n| n.witness),
                 }
             })
             .collect()

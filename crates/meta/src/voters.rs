@@ -16,8 +16,10 @@
 //!   and a non-voter that is down never get a seat.
 //! - **Where.** One seat per zone first, then a second per zone, and so on, zones in
 //!   this order: the leader's, then those whose best member already votes, then the
-//!   rest by name; inside a zone the leader, then voters up, then voters down for
-//!   less than `grace`, then the others, by id.
+//!   rest by name; inside a zone the leader, then voters up and witnesses up (a
+//!   witness first: it is there to vote, so it takes its zone's seat from a data
+//!   node, added before the data node is demoted), then voters down for less than
+//!   `grace`, then the others, by id.
 //!   Voters long down are placed only after every other member, one per zone first
 //!   too. So zones joined one at a time end with a voter each (3 zones, 3 voters),
 //!   two datacenters and a witness with 1 + 1 + 1 (or 2 + 2 + 1 with 5 voters), and
@@ -43,6 +45,8 @@ pub(crate) struct Member {
     pub zone: Option<String>,
     /// Up, draining or down.
     pub standing: Standing,
+    /// A witness (a voter only, no data): preferred as its zone's voter.
+    pub witness: bool,
 }
 
 /// What the map says of a member.
@@ -87,6 +91,8 @@ fn tier(m: &Member, leader: u64, grace: Duration) -> Option<u8> {
     m.zone.as_ref()?;
     match (m.voter, m.standing) {
         (true, Standing::Up) => Some(1),
+        // A witness is there to vote: it sits as soon as an up voter would.
+        (false, Standing::Up) if m.witness => Some(1),
         (true, Standing::Down(d)) if d < grace => Some(2),
         (false, Standing::Up) => Some(3),
         (true, Standing::Down(_)) => Some(LONG_DOWN),
@@ -169,8 +175,9 @@ fn safe_to_demote(voters: &[&Member], id: u64) -> bool {
     !left.is_empty() && up > left.len() / 2
 }
 
-/// A zone (`None`: the leader's before the map has it) and its members' (tier, id).
-type ZoneSeats<'a> = (Option<&'a str>, Vec<(u8, u64)>);
+/// A zone (`None`: the leader's before the map has it) and its members' (tier, not
+/// a witness, id): in order, the zone's first choice first.
+type ZoneSeats<'a> = (Option<&'a str>, Vec<(u8, bool, u64)>);
 
 /// `n` members of `seated` (with their tiers) in the order of the module doc.
 fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
@@ -181,7 +188,7 @@ fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
     let mut out = Vec::with_capacity(n);
     // First every member but the voters long down, then those.
     for last in [false, true] {
-        let mut zones: BTreeMap<Option<&str>, Vec<(u8, u64)>> = BTreeMap::new();
+        let mut zones: BTreeMap<Option<&str>, Vec<(u8, bool, u64)>> = BTreeMap::new();
         for (t, m) in seated {
             if (*t == LONG_DOWN) == last && !out.contains(&m.id) {
                 // The leader without a zone yet is a zone of its own.
@@ -190,7 +197,7 @@ fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
                 } else {
                     m.zone.as_deref()
                 };
-                zones.entry(zone).or_default().push((*t, m.id));
+                zones.entry(zone).or_default().push((*t, !m.witness, m.id));
             }
         }
         let already = |z: Option<&str>| {
@@ -213,7 +220,7 @@ fn pick(seated: &[(u8, &Member)], leader: u64, n: usize) -> Vec<u64> {
                 if out.len() == n {
                     break;
                 }
-                if let Some((_, id)) = ms.get(round) {
+                if let Some((_, _, id)) = ms.get(round) {
                     out.push(*id);
                 }
             }

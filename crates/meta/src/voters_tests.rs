@@ -11,6 +11,14 @@ fn up(id: u64, zone: &str) -> Member {
         voter: false,
         zone: Some(zone.to_string()),
         standing: Standing::Up,
+        witness: false,
+    }
+}
+
+fn witness(id: u64, zone: &str) -> Member {
+    Member {
+        witness: true,
+        ..up(id, zone)
     }
 }
 
@@ -228,6 +236,7 @@ fn test_the_leader_is_never_demoted_and_counts_before_it_is_in_the_map() {
         voter: true,
         zone: None,
         standing: Standing::Up,
+        witness: false,
     }];
     assert_eq!(plan(&ms, 1, 3, GRACE).step, None);
     // A draining leader keeps its vote (another leader moves it once elected).
@@ -279,4 +288,51 @@ fn test_more_zones_than_voters_keep_the_zones_that_vote() {
         .collect();
     ms.push(up(1, "z1"));
     assert_eq!(plan(&ms, 2, 3, GRACE).step, None);
+}
+
+#[test]
+fn test_a_witness_joining_two_datacenters_takes_the_second_vote_of_one() {
+    // `drove up --nodes 4 --zones 2 --witness`: z1 z2 z1 z2 join round-robin, then
+    // the witness in z3. Before it, two zones: 1 + 2 voters; it takes the vote of
+    // the crowded zone, added before the data node is demoted.
+    let mut ms = vec![Member {
+        voter: true,
+        ..up(1, "z1")
+    }];
+    for (id, zone) in [(2, "z2"), (3, "z1"), (4, "z2")] {
+        ms.push(up(id, zone));
+        settle(&mut ms, 1, 3);
+    }
+    assert_eq!(zones(&ms), ["z1", "z1", "z2"]);
+    ms.push(witness(5, "z3"));
+    let steps = settle(&mut ms, 1, 3);
+    assert_eq!(steps, vec![Step::Promote(5), Step::Demote(3)]);
+    assert_eq!(voters(&ms), vec![1, 2, 5]);
+    // With the leader lost (z1 down past the grace) the witness and z2 keep the
+    // majority; node 2 leads and z2's other node takes z1's seat.
+    for m in ms.iter_mut().filter(|m| m.zone.as_deref() == Some("z1")) {
+        m.standing = Standing::Down(GRACE);
+    }
+    let steps = settle(&mut ms, 2, 3);
+    assert_eq!(steps, vec![Step::Promote(4), Step::Demote(1)]);
+    assert_eq!(zones(&ms), ["z2", "z2", "z3"]);
+}
+
+#[test]
+fn test_a_witness_is_preferred_to_a_data_node_as_the_voter_of_its_zone() {
+    // One voter per zone, z3's a data node; a witness joins z3: it takes the seat.
+    let mut ms = three_by_two();
+    ms.push(witness(7, "z3"));
+    let steps = settle(&mut ms, 1, 3);
+    assert_eq!(steps, vec![Step::Promote(7), Step::Demote(5)]);
+    assert_eq!(voters(&ms), vec![1, 3, 7]);
+    // And keeps it: nothing more to do.
+    assert_eq!(plan(&ms, 1, 3, GRACE).step, None);
+    // A witness that is down is not promoted (a learner down never is).
+    let mut ms = three_by_two();
+    ms.push(Member {
+        standing: Standing::Down(Duration::from_secs(1)),
+        ..witness(7, "z3")
+    });
+    assert_eq!(plan(&ms, 1, 3, GRACE).step, None);
 }

@@ -11,7 +11,7 @@
 //! # How
 //!
 //! Weighted rendezvous (highest random weight) hashing. Each eligible node (state
-//! [`NodeState::Up`] and weight > 0) gets a score `weight / -ln(h)` where `h` in (0, 1)
+//! [`NodeState::Up`], weight > 0, not a witness) gets a score `weight / -ln(h)` where `h` in (0, 1)
 //! is a stable hash of (node id, object id) — see `hash.rs`. The nodes are ranked by
 //! score (ties by node id) and replicas are picked from that ranking:
 //!
@@ -108,8 +108,8 @@ pub fn is_holder_vdi(map: &ClusterMap, vdi: &VdiInfo, oid: ObjectId, node: NodeI
 
 /// Ordered replica nodes for `oid`: first is the "primary". Returns min(copies, up nodes) ids, distinct.
 ///
-/// "Up nodes" are the nodes that may hold data: state [`NodeState::Up`] and weight
-/// greater than zero. Replicas are in distinct zones when the up nodes span at least
+/// "Up nodes" are the nodes that may hold data: state [`NodeState::Up`], weight
+/// greater than zero and not a witness. Replicas are in distinct zones when the up nodes span at least
 /// `copies` zones (see the crate doc for the exact rule). An empty map or
 /// `copies == 0` gives an empty list.
 pub fn locate(map: &ClusterMap, oid: ObjectId, copies: usize) -> Vec<NodeId> {
@@ -148,13 +148,13 @@ pub fn locate_home(
     pick(&ranked, want, home, false).expect("the whole ranking always gives an answer")
 }
 
-/// Every node that may hold data (up, weight above zero) with its score for `oid`,
-/// in no order.
+/// Every node that may hold data (up, weight above zero, not a witness) with its
+/// score for `oid`, in no order.
 fn scored(map: &ClusterMap, oid: ObjectId) -> Vec<(f64, &NodeInfo)> {
     let key = oid.as_u64();
     map.nodes
         .values()
-        .filter(|n| n.state == NodeState::Up && n.weight > 0)
+        .filter(|n| n.state == NodeState::Up && n.weight > 0 && !n.witness)
         .map(|n| (hash::score(n.id.0, n.weight, key), n))
         .collect()
 }

@@ -140,6 +140,36 @@ fn test_zero_weight_and_down_nodes_hold_nothing() {
 }
 
 #[test]
+fn test_a_witness_holds_nothing_even_with_a_weight_or_a_home_in_its_zone() {
+    // Two datacenters of two nodes and a witness in z3. The map never carries a
+    // witness with weight (the metadata refuses it); placement skips it anyway.
+    let mut map = map_of([
+        node(1, "z1", 1),
+        node(2, "z1", 1),
+        node(3, "z2", 1),
+        node(4, "z2", 1),
+        NodeInfo {
+            witness: true,
+            ..node(5, "z3", 1)
+        },
+    ]);
+    for weight in [0, 1] {
+        map.nodes.get_mut(&NodeId(5)).unwrap().weight = weight;
+        for oid in objects().take(2000) {
+            let got = locate(&map, oid, 3);
+            assert_eq!(got.len(), 3, "{oid}: {got:?}");
+            assert!(!got.contains(&NodeId(5)), "{oid} on the witness: {got:?}");
+            let home = Home {
+                zone: "z3",
+                copies: 1,
+            };
+            let got = locate_home(&map, oid, 3, Some(home));
+            assert!(!got.contains(&NodeId(5)), "{oid} on the witness: {got:?}");
+        }
+    }
+}
+
+#[test]
 fn test_replicas_use_distinct_zones_when_there_are_enough() {
     // 6 nodes in 3 zones, two per zone.
     let map = map_of((1..=6).map(|i| node(i, &format!("z{}", i % 3), 1)));

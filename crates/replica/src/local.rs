@@ -555,6 +555,28 @@ pub async fn apply_and_forward(
     req: &PeerReq,
     payload: Bytes,
 ) -> Result<(PeerResp, Bytes)> {
+    // A witness holds no objects: placement never names it, so whoever sends it a
+    // write is wrong (or hostile).
+    if matches!(
+        req,
+        PeerReq::Write { .. }
+            | PeerReq::WriteZeroes { .. }
+            | PeerReq::Create { .. }
+            | PeerReq::Repair { .. }
+    ) && local
+        .catalog
+        .get()
+        .map
+        .node(pool.me())
+        .is_some_and(|n| n.witness)
+    {
+        tracing::warn!(op = req.op_name(), "refused: this node is a witness");
+        return Err(Error::invalid(format!(
+            "Node {} is a witness: it holds no objects, and refuses a {}",
+            pool.me(),
+            req.op_name()
+        )));
+    }
     let (oid, forward) = match req {
         PeerReq::Write { oid, forward, .. }
         | PeerReq::WriteZeroes { oid, forward, .. }

@@ -307,3 +307,53 @@ async fn test_a_node_on_a_later_map_calls_no_copy_current_to_an_asker_on_an_earl
     let now = ask(digest(newer.epoch)).await;
     assert!(now[0].current && now[1].current);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_witness_refuses_writes_and_stores_nothing() {
+    let nodes = cluster(2).await;
+    // Node 2's map makes it a witness (as `drove node run --witness` does).
+    let mut map = nodes[1].map.get().as_ref().clone();
+    if let Some(n) = map.nodes.get_mut(&NodeId(2)) {
+        n.witness = true;
+        n.weight = 0;
+    }
+    nodes[1].local.catalog().publish(catalog(&map, &[]));
+    let oid = ObjectId::new(VdiId(7), 3);
+    let data = pattern(5, 4096);
+    let create = PeerReq::Create {
+        oid,
+        epoch: Epoch(1),
+        generation: 1,
+        forward: Vec::new(),
+        made: Epoch(1),
+    };
+    let repair = PeerReq::Repair {
+        oid,
+        len: 4096,
+        from: NodeId(1),
+        epoch: Epoch(1),
+    };
+    for req in [write(oid, 1, Vec::new()), create, repair] {
+        let op = req.op_name();
+        let err = nodes[0]
+            .pool
+            .call(NodeId(2), req, data.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Invalid, "{op}: {err}");
+        assert!(
+            err.to_string().contains(&format!(
+                "Node 2 is a witness: it holds no objects, and refuses a {op}"
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(held_anywhere(&nodes, oid), vec![], "nothing was written");
+    // Node 1, not a witness, takes the same write.
+    let ok = nodes[1]
+        .pool
+        .call(NodeId(1), write(oid, 1, Vec::new()), data.clone())
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    assert_eq!(held_anywhere(&nodes, oid), vec![NodeId(1)]);
+}

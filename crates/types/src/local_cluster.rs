@@ -9,6 +9,10 @@ pub struct NodeEntry {
     pub id: u64,
     /// Zone name.
     pub zone: String,
+    /// A witness (`drove up --witness`): a metadata voter only, with no NBD
+    /// (`nbd_tcp` and `nbd_unix` are empty). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub witness: bool,
     /// Admin (HTTP) address.
     pub admin: String,
     /// Peer (node-to-node) address.

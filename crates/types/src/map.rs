@@ -36,10 +36,10 @@ pub struct NodeInfo {
     pub nbd_socket: String,
     /// Up or down.
     pub state: NodeState,
-    /// A witness: a metadata voter only, in a zone of its own (a third site), that
-    /// stores no objects (weight 0, never placed on) and serves no NBD. Nothing sets
-    /// it yet (`drove node run --witness` is issue 42's item 2); the voter placement
-    /// already counts a witness as a member that may vote. Absent in JSON when false.
+    /// A witness (`drove node run --witness`): a metadata voter only, usually in a
+    /// zone of its own (a third site), that stores no objects (weight 0, never placed
+    /// on) and serves no NBD (no NBD address or socket). The voter placement prefers
+    /// it as its zone's voter. Absent in JSON when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub witness: bool,
 }
@@ -90,6 +90,11 @@ impl ClusterMap {
     /// One node by id.
     pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
         self.nodes.get(&id)
+    }
+
+    /// Whether node `id` is a witness.
+    pub fn is_witness(&self, id: NodeId) -> bool {
+        self.node(id).is_some_and(|n| n.witness)
     }
 
     /// The number of distinct zones among up nodes.

@@ -860,3 +860,68 @@ fn test_the_history_is_trimmed_only_to_an_epoch_every_node_was_up_at() {
     let again: MetaState = serde_json::from_str(&json).unwrap();
     assert_eq!(again, s);
 }
+
+/// Node `id` as `drove node run --witness` records it.
+fn witness(id: u64, zone: &str) -> NodeInfo {
+    NodeInfo {
+        weight: 0,
+        nbd_addr: String::new(),
+        nbd_socket: String::new(),
+        witness: true,
+        ..node(id, zone)
+    }
+}
+
+#[test]
+fn test_a_witness_joins_without_nbd_and_counts_for_no_copy_nor_home() {
+    let mut s = with_nodes(2);
+    add(&mut s, witness(3, "w"), 100);
+    assert!(s.map.nodes[&NodeId(3)].witness);
+    assert_eq!(
+        s.epoch_history.last().unwrap().change,
+        "node 3 joined (zone w, witness)"
+    );
+    // Three nodes up, but the witness holds no copy.
+    let (_, msg) = err_of(s.apply(&create("v", 4096, Some(3)), 0));
+    assert_eq!(
+        msg,
+        "copies=3 needs at least 3 nodes, the cluster has 2 (witnesses hold no data)"
+    );
+    // Its zone cannot be a home zone.
+    let mut c = create("v", 4096, Some(2));
+    if let Command::CreateVdi { home_zone, .. } = &mut c {
+        *home_zone = Some("w".to_string());
+    }
+    let (_, msg) = err_of(s.apply(&c, 0));
+    assert_eq!(
+        msg,
+        "Zone 'w' holds only a witness, which stores no data; the zones of data nodes are: z"
+    );
+    s.apply(&create("v", 4096, Some(2)), 0).unwrap();
+    // A witness with weight, or with an NBD address, is refused.
+    let (_, msg) = err_of(s.apply(
+        &Command::UpsertNode(NodeInfo {
+            weight: 5,
+            ..witness(3, "w")
+        }),
+        0,
+    ));
+    assert!(msg.contains("a witness holds no data"), "{msg}");
+    let (_, msg) = err_of(s.apply(
+        &Command::UpsertNode(NodeInfo {
+            nbd_addr: "10.0.0.3:10809".to_string(),
+            ..witness(3, "w")
+        }),
+        0,
+    ));
+    assert!(msg.contains("a witness serves no NBD"), "{msg}");
+    // A data node must still have an NBD address.
+    let (_, msg) = err_of(s.apply(
+        &Command::UpsertNode(NodeInfo {
+            nbd_addr: String::new(),
+            ..node(2, "z")
+        }),
+        0,
+    ));
+    assert!(msg.contains("Bad NBD address"), "{msg}");
+}

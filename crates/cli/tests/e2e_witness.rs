@@ -1,0 +1,355 @@
+//! Two datacenters and a witness, with real node processes on 127.0.0.1:
+//! - two zones of two nodes without a witness: `cluster health` warns that the
+//!   loss of the zone with two of the three voters would stop the metadata;
+//! - `drove up --nodes 4 --zones 2 --witness`: the voters are the witness and one
+//!   node per datacenter, `node list` says which node is the witness, and health
+//!   has no zone-loss warning;
+//! - the witness holds no object after writes with 3 copies, binds no NBD socket,
+//!   and an NBD command aimed at it fails saying it is a witness;
+//! - SIGKILL of both nodes of the datacenter holding the metadata leader (the other
+//!   one if the witness leads), while a VDI homed in the surviving datacenter is
+//!   written through a node there with 4 KiB FUA writes: no write fails (the
+//!   longest pause is printed), and the metadata still takes changes (a VDI is
+//!   created) with the witness and the survivors' voter.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const PY: &str = "/usr/bin/python3";
+
+/// Writes 4 KiB blocks with FUA, one at a time, to NBD URI argv[1] for argv[2]
+/// seconds (cycling over the first argv[3] blocks), or until the file argv[4] exists;
+/// then prints one JSON line: writes, the first error (or null), the pauses longer
+/// than 0.2 s as [start, end] unix times, and the first and last acknowledgement.
+const WRITER: &str = r#"
+import json, nbd, os, sys, time
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+end = time.time() + float(sys.argv[2])
+blocks = int(sys.argv[3])
+stop = sys.argv[4]
+n, err, gaps = 0, None, []
+first = last = time.time()
+while time.time() < end and not os.path.exists(stop):
+    head = ("DROVE-SEQ %d\n" % n).encode()
+    buf = head + bytes([n % 251]) * (4096 - len(head))
+    try:
+        h.pwrite(buf, (n % blocks) * 4096, nbd.CMD_FLAG_FUA)
+    except Exception as e:
+        err = "%.3f %s" % (time.time(), e)
+        break
+    now = time.time()
+    if now - last > 0.2:
+        gaps.append([last, now])
+    last = now
+    n += 1
+print(json.dumps({"writes": n, "error": err, "gaps": gaps, "first": first, "last": last}), flush=True)
+"#;
+
+fn have_libnbd() -> bool {
+    let found = Command::new(PY)
+        .args(["-c", "import nbd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    require_ok(if found {
+        Ok(())
+    } else {
+        Err("python3-libnbd is not installed (scripts/install-deps.sh installs it)".to_string())
+    })
+    .is_some()
+}
+
+fn json_of(c: &Cluster, i: usize, args: &[&str]) -> Value {
+    let o = c.drove(i, args);
+    assert!(o.status.success(), "drove {args:?}: {}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
+}
+
+/// `cluster health --json` asked of node `i` (its exit status says the level).
+fn health(c: &Cluster, i: usize) -> Value {
+    let o = c.drove(i, &["cluster", "health", "--json"]);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
+}
+
+/// The messages of the `voters` checks of a health answer, with their levels.
+fn voter_checks(h: &Value) -> Vec<(String, String)> {
+    h["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"] == "voters")
+        .map(|c| {
+            (
+                c["level"].as_str().unwrap().to_string(),
+                c["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+fn index(c: &Cluster, id: u64) -> usize {
+    c.nodes.iter().position(|n| n.id == id).unwrap()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn writer(uri: &str, secs: u32, stop: &std::path::Path) -> Child {
+    Command::new(PY)
+        .args(["-c", WRITER, uri, &secs.to_string(), "4096"])
+        .arg(stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn summary(w: Child) -> Value {
+    let o = w.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("writer said {out:?} ({e}): {}", text(&o)))
+}
+
+/// The longest pause of a writer's summary that ends after `after`.
+fn longest_pause(w: &Value, after: f64) -> f64 {
+    w["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g[1].as_f64().unwrap() > after)
+        .map(|g| g[1].as_f64().unwrap() - g[0].as_f64().unwrap())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn test_two_datacenters_without_a_witness_warn_that_one_of_them_holds_the_majority() {
+    let c = Cluster::start(4, 2);
+    let s = c.status();
+    let voters = ids(&s["voters"]);
+    assert_eq!(voters.len(), 3, "{s}");
+    // Two zones, three voters: one zone holds two of them.
+    let mut per_zone = std::collections::BTreeMap::<String, usize>::new();
+    for v in &voters {
+        *per_zone
+            .entry(c.nodes[index(&c, *v)].zone.clone())
+            .or_default() += 1;
+    }
+    let (crowded, _) = per_zone.iter().find(|(_, n)| **n == 2).unwrap();
+    let h = health(&c, 0);
+    assert_eq!(h["status"], "warn", "{h}");
+    let said = voter_checks(&h);
+    let want = format!("losing zone {crowded} would stop the metadata: it holds 2 of 3 voters");
+    assert!(
+        said.iter()
+            .any(|(l, m)| l == "warn" && m.starts_with(&want) && m.contains("add a witness")),
+        "no `{want}` warning in {h}"
+    );
+}
+
+#[test]
+fn test_a_witness_lets_either_datacenter_be_lost_and_holds_no_data() {
+    if !have_libnbd() {
+        return;
+    }
+    let c = Cluster::start_with(tempfile::tempdir().unwrap(), 4, 2, &["--witness"]);
+    assert_eq!(c.nodes.len(), 5);
+    let w = 4;
+    assert!(
+        c.nodes[w].witness && c.nodes[w].zone == "z3",
+        "{:?}",
+        c.nodes[w]
+    );
+    assert!(c.nodes[..4].iter().all(|n| !n.witness));
+    let witness = c.nodes[w].id;
+    // `drove up` returns once the voters are placed: the witness and one per
+    // datacenter.
+    let s = c.status();
+    let voters = ids(&s["voters"]);
+    let mut zones: Vec<&str> = voters
+        .iter()
+        .map(|v| c.nodes[index(&c, *v)].zone.as_str())
+        .collect();
+    zones.sort();
+    assert_eq!(zones, ["z1", "z2", "z3"], "voters {voters:?}: {s}");
+    assert!(voters.contains(&witness), "{s}");
+    let list = json_of(&c, 0, &["node", "list", "--json"]);
+    let wn = &list["nodes"][witness.to_string()];
+    assert_eq!(wn["witness"], true, "{list}");
+    assert_eq!(wn["weight"], 0, "{list}");
+    assert_eq!(wn["nbd_addr"], "", "{list}");
+    for n in &c.nodes[..4] {
+        assert!(
+            list["nodes"][n.id.to_string()].get("witness").is_none(),
+            "{list}"
+        );
+    }
+    let o = c.drove(0, &["node", "list"]);
+    let table = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        table.lines().any(|l| l.starts_with(&format!("{witness} "))
+            && l.contains("z3")
+            && (l.contains("voter, witness") || l.contains("leader, witness"))),
+        "{table}"
+    );
+    // No zone-loss warning: any one zone may go (asked of the witness, which
+    // survives whichever datacenter is lost).
+    let h = health(&c, w);
+    assert_eq!(h["status"], "ok", "{h}");
+    let said = voter_checks(&h);
+    assert_eq!(said.len(), 1, "{h}");
+    assert_eq!(said[0].0, "ok", "{h}");
+    assert!(
+        said[0]
+            .1
+            .ends_with("the loss of any one zone keeps a majority"),
+        "{h}"
+    );
+    // The witness binds no NBD socket, and NBD commands aimed at it say why not.
+    let wdata = std::path::PathBuf::from(&c.nodes[w].data);
+    assert!(!wdata.join("nbd.sock").exists());
+    let img = c.dir.path().join("img");
+    std::fs::write(&img, vec![7u8; 1 << 20]).unwrap();
+    let o = c.drove(w, &["vdi", "import", img.to_str().unwrap(), "imp"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("Node {witness} is a witness")),
+        "{}",
+        text(&o)
+    );
+
+    // The datacenter to lose: the leader's, or z1 when the witness leads.
+    let leader = s["leader"].as_u64().unwrap();
+    let lost = if leader == witness {
+        "z1".to_string()
+    } else {
+        c.nodes[index(&c, leader)].zone.clone()
+    };
+    let kept: Vec<usize> = (0..4).filter(|&i| c.nodes[i].zone != lost).collect();
+    let doomed: Vec<usize> = (0..4).filter(|&i| c.nodes[i].zone == lost).collect();
+    let home = c.nodes[kept[0]].zone.clone();
+    let o = c.drove(kept[0], &["cluster", "config", "--down-after", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi(
+        "far",
+        "64M",
+        &[
+            "--copies",
+            "3",
+            "--policy",
+            "zone-sync",
+            "--home-zone",
+            &home,
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let writing = writer(&c.nodes[kept[0]].uri("far"), 60, &stop);
+    std::thread::sleep(Duration::from_secs(3));
+    // Three copies on four data nodes: none on the witness.
+    assert!(object_files(c.nodes[kept[0]].data.as_ref()) > 0);
+    assert_eq!(object_files(&wdata), 0, "the witness holds objects");
+    let killed_at = unix_now();
+    for &i in &doomed {
+        c.kill(i);
+    }
+    let survivor = kept[1];
+    wait_until(
+        Duration::from_secs(30),
+        "the lost datacenter's nodes marked down",
+        || {
+            let s = json_of(&c, survivor, &["cluster", "status", "--json"]);
+            doomed
+                .iter()
+                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "down")
+        },
+    );
+    let marked_at = unix_now();
+    // The metadata still commits: the witness and the survivors' voter are a majority.
+    let o = c.drove(
+        survivor,
+        &["vdi", "create", "after", "16M", "--copies", "2"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let created_at = unix_now();
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&stop, b"").unwrap();
+    let sum = summary(writing);
+    let pause = longest_pause(&sum, killed_at);
+    eprintln!(
+        "zone {lost} (leader node {leader}, witness node {witness}) lost: {} writes through \
+         node {} in zone {home}, longest pause after the kill {pause:.2} s, error {}; marked \
+         down {:.1} s after the kill, a VDI created {:.1} s after that",
+        sum["writes"],
+        c.nodes[kept[0]].id,
+        sum["error"],
+        marked_at - killed_at,
+        created_at - marked_at,
+    );
+    assert!(sum["error"].is_null(), "a write failed: {sum}");
+    assert!(
+        sum["last"].as_f64().unwrap() > marked_at,
+        "writes did not go on after the loss: {sum}"
+    );
+    assert!(pause < 10.0, "writes paused {pause:.1} s: {sum}");
+    assert_eq!(object_files(&wdata), 0, "the witness holds objects");
+    let s = json_of(&c, survivor, &["cluster", "status", "--json"]);
+    assert!(ids(&s["voters"]).contains(&witness), "{s}");
+}
+
+#[test]
+fn test_witness_refuses_the_flags_of_a_data_node_on_the_command_line_and_in_a_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for flag in [
+        &["--weight", "5"][..],
+        &["--nbd-listen", "127.0.0.1:10809"],
+        &["--nbd-tls", "off"],
+        &["--nbd-socket-group", "0"],
+    ] {
+        let o = run(Command::new(drove_bin())
+            .args(["node", "run", "--witness", "--data", data])
+            .args(flag));
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("'--witness' cannot be used with '{}", flag[0])),
+            "{flag:?}: {}",
+            text(&o)
+        );
+    }
+    // A config file's keys come one by one: the node checks them itself, before it
+    // touches the data directory.
+    let conf = dir.path().join("node.toml");
+    std::fs::write(
+        &conf,
+        format!("data = \"{data}\"\nwitness = true\nnbd_listen = \"127.0.0.1:10809\"\n"),
+    )
+    .unwrap();
+    let o =
+        run(Command::new(drove_bin()).args(["node", "run", "--config", conf.to_str().unwrap()]));
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("--witness serves no NBD: --nbd-listen makes no sense with it"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !std::path::Path::new(data).exists(),
+        "the data directory was made"
+    );
+}
