@@ -182,9 +182,10 @@ fn raft_config() -> Result<Arc<openraft::Config>> {
         // a dead leader was replaced 4.5-6 s after its last heartbeat, and every
         // write that had skipped its replica waited that long for the mark-down
         // (bench/results/pause-2026-11-27.md). Now: heartbeats every 150 ms, a new
-        // leader 0.6-0.85 s after the last one, and a follower stands only after 4
-        // ticks without a word from a live leader (none on a 2-core machine with
-        // two CPU hogs beside the cluster; e2e_busy).
+        // leader 0.6-0.85 s after the last one, and a follower stands after 4
+        // ticks without a word from a live leader (with fio and two CPU hogs on
+        // this 2-core machine at a load average of 10: one election in 5 minutes,
+        // none in another 3; no mark-down in either).
         //
         // openraft also takes the heartbeat interval as the time an append may
         // take to be answered; a slower one is retried after the network's

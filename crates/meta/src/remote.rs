@@ -396,3 +396,45 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Three tries that fail, then one that succeeds: with a `wake` that says a new
+    /// leader is known at once, no back-off is waited out; without, the back-off
+    /// (50 + 100 + 200 ms) is.
+    #[tokio::test]
+    async fn test_a_new_leader_ends_the_wait_between_tries() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let tries = AtomicUsize::new(0);
+        let once = |_: Option<String>| {
+            let n = tries.fetch_add(1, Ordering::Relaxed);
+            async move {
+                if n % 4 < 3 {
+                    Attempt::Retry {
+                        hint: None,
+                        why: "no leader known".into(),
+                    }
+                } else {
+                    Attempt::Done(n)
+                }
+            }
+        };
+        let t = Instant::now();
+        let n = retry_waking(deadline, "test", once, || async {})
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+        assert!(t.elapsed() < Duration::from_millis(40), "{:?}", t.elapsed());
+        let t = Instant::now();
+        let n = retry(deadline, "test", once).await.unwrap();
+        assert_eq!(n, 7);
+        assert!(
+            t.elapsed() >= Duration::from_millis(350),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+}
