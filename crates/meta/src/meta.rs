@@ -173,14 +173,28 @@ async fn cluster_id(db: &Db, has_node_id: bool, joined: Option<ClusterId>) -> Re
 fn raft_config() -> Result<Arc<openraft::Config>> {
     let config = openraft::Config {
         cluster_name: "drove-meta".to_string(),
-        // openraft also takes this as the time an append may take to be answered: a
-        // follower's fsync took 0.5-1 s while 32 VMs wrote at full speed on a 2-core
-        // machine, and at 250 ms appends timed out by the dozen.
-        heartbeat_interval: 500,
-        // Short enough that a cluster restarted as a whole elects within seconds,
-        // long enough that a busy follower missing a heartbeat or two does not.
-        election_timeout_min: 1500,
-        election_timeout_max: 3000,
+        // openraft 0.9 reads these three as follows (core/raft_core.rs, engine):
+        // the leader sends a heartbeat on its tick, every 1.5 heartbeat intervals;
+        // a follower that knows a leader votes for nobody else until
+        // `election_timeout_max` (the leader lease) has passed since it last heard
+        // from it, and stands for election itself after the lease plus a random
+        // `election_timeout_min..max`, looked at on the same tick. With 1500-3000 ms
+        // a dead leader was replaced 4.5-6 s after its last heartbeat, and every
+        // write that had skipped its replica waited that long for the mark-down
+        // (bench/results/pause-2026-11-27.md). Now: heartbeats every 150 ms, a new
+        // leader 0.6-0.85 s after the last one, and a follower stands after 4
+        // ticks without a word from a live leader (with fio and two CPU hogs on
+        // this 2-core machine at a load average of 10: one election in 5 minutes,
+        // none in another 3; no mark-down in either).
+        //
+        // openraft also takes the heartbeat interval as the time an append may
+        // take to be answered; a slower one is retried after the network's
+        // back-off. Follower fsyncs of 0.5-1 s were seen while 32 VMs wrote at full
+        // speed on a 2-core machine: commits then wait for the retried appends,
+        // which is the price of failing over in under a second.
+        heartbeat_interval: 100,
+        election_timeout_min: 250,
+        election_timeout_max: 350,
         install_snapshot_timeout: 5000,
         // JSON-encoded chunks must stay well under the HTTP body limit.
         snapshot_max_chunk_size: 256 << 10,

@@ -8,8 +8,8 @@
 //! The bounds leave every legitimate message through. They cannot look at
 //! membership: a node that was away may hold a stale membership, and refusing the
 //! current leader's appends would leave it behind for good. Terms: a candidate
-//! raises its term by one per election timeout (1.5-3 s), so even a node cut off for
-//! a century stays within [`MAX_TERM_STEP`] of the others. Indexes: one entry per
+//! raises its term by one per election timeout (250-350 ms), so even a node cut off
+//! for 30 years stays within [`MAX_TERM_STEP`] of the others. Indexes: one entry per
 //! metadata command; 2^48 of them is millennia of commands at any rate drove
 //! reaches.
 use crate::types::TypeConfig;

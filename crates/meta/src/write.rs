@@ -3,11 +3,18 @@
 //! (same request id, so at most one apply) while there is no leader. A command that
 //! was proposed (or sent to a leader) and got no answer before the deadline fails with
 //! `OutcomeUnknown`, not `Unavailable`: it may still be applied.
+//!
+//! A write follows a change of leader at once: the wait between two tries ends as
+//! soon as this node follows a new leader, and a write forwarded to a leader that
+//! went silent (SIGSTOP, a cut cable) is sent again to the next one as soon as it is
+//! known, instead of waiting out [`FORWARD_TIMEOUT`]. Sending it again is safe: it
+//! keeps its request id, so it is applied at most once.
 use crate::meta::{unix_now, Meta, ToLeader};
-use crate::remote::{retry, Attempt, Wire, Written};
+use crate::remote::{retry_waking, Attempt, Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::Request;
 use drove_types::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,9 +47,14 @@ impl Meta {
             cmd,
         };
         let proposed = AtomicBool::new(false);
-        let written = retry(deadline, "No metadata leader", |hint| {
-            self.write_once(&req, hint, deadline, &proposed)
-        })
+        // The leader this node followed when the last try began.
+        let seen = Mutex::new(None);
+        let written = retry_waking(
+            deadline,
+            "No metadata leader",
+            |hint| self.write_once(&req, hint, deadline, &proposed, &seen),
+            || self.leader_moved(*seen.lock(), None),
+        )
         .await
         .map_err(|e| {
             if e.kind() == ErrorKind::Unavailable && proposed.load(Ordering::Relaxed) {
@@ -83,7 +95,10 @@ impl Meta {
         hint: Option<String>,
         deadline: Instant,
         proposed: &AtomicBool,
+        seen: &Mutex<Option<u64>>,
     ) -> Attempt<Written> {
+        let followed = self.raft.metrics().borrow().current_leader;
+        *seen.lock() = followed;
         let addr = match self.to_leader(hint) {
             ToLeader::Closed => {
                 return Attempt::Fail(Error::unavailable("Metadata service stopped"))
@@ -104,7 +119,19 @@ impl Meta {
                 return w.into();
             }
         };
-        match self.forward.write(&addr, req).await {
+        let answer = tokio::select! {
+            a = self.forward.write(&addr, req) => a,
+            _ = self.leader_moved(followed, Some(&addr)) => {
+                // Sent, maybe delivered, and no answer yet: the old leader may still
+                // have it in its log, so the next leader may commit it.
+                proposed.store(true, Ordering::Relaxed);
+                return Attempt::Retry {
+                    hint: None,
+                    why: format!("{addr} stopped leading before it answered"),
+                };
+            }
+        };
+        match answer {
             Ok(w) => {
                 if is_unavailable(&w) {
                     proposed.store(true, Ordering::Relaxed);
@@ -119,6 +146,25 @@ impl Meta {
                     hint: None,
                     why: n.why,
                 }
+            }
+        }
+    }
+
+    /// Resolves once this node follows a leader other than `from` (by id) whose
+    /// address is not `not_addr`; never while it follows `from` or no leader.
+    pub(crate) async fn leader_moved(&self, from: Option<u64>, not_addr: Option<&str>) {
+        let mut rx = self.raft.metrics();
+        loop {
+            let now = rx.borrow_and_update().current_leader;
+            if let Some(id) = now.filter(|&id| Some(id) != from) {
+                let addr = self.raft_addr(id);
+                if addr.is_some() && addr.as_deref() != not_addr {
+                    return;
+                }
+            }
+            if rx.changed().await.is_err() {
+                // Raft stopped: nothing will move any more.
+                std::future::pending::<()>().await;
             }
         }
     }
