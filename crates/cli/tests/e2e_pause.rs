@@ -9,18 +9,17 @@
 //! `cargo test --release -p drove --test e2e_pause -- --ignored --nocapture bench_pause`
 //! (`DROVE_PAUSE_RUNS` runs of each fault, 3 by default).
 mod common;
+use common::fua::*;
 use common::*;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const PY: &str = "/usr/bin/python3";
-
 /// Writes 4 KiB blocks with FUA, one at a time (QD1), to NBD URI argv[1] for
 /// argv[2] seconds or until the file argv[3] exists; then prints one JSON line:
 /// writes, the first error (or null), the pauses longer than 50 ms as [start, end]
 /// unix times, and the last acknowledgement.
-const WRITER: &str = r#"
+const GAP_WRITER: &str = r#"
 import json, nbd, os, sys, time
 h = nbd.NBD()
 h.connect_uri(sys.argv[1])
@@ -42,19 +41,6 @@ while time.time() < end and not os.path.exists(stop):
     n += 1
 print(json.dumps({"writes": n, "error": err, "gaps": gaps, "last": last}), flush=True)
 "#;
-
-fn have_libnbd() -> bool {
-    let found = Command::new(PY)
-        .args(["-c", "import nbd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    require_ok(if found {
-        Ok(())
-    } else {
-        Err("python3-libnbd is not installed (scripts/install-deps.sh installs it)".to_string())
-    })
-    .is_some()
-}
 
 /// The failure a run injects.
 #[derive(Clone, Copy, Debug)]
@@ -82,12 +68,6 @@ fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-fn json_of(c: &Cluster, i: usize, args: &[&str]) -> Value {
-    let o = c.drove(i, args);
-    assert!(o.status.success(), "drove {args:?}: {}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
 }
 
 /// Wait until node `i` sees 3 metadata voters (joiners come in as learners).
@@ -135,7 +115,7 @@ fn run(fault: Fault) -> Seen {
     let dir = tempfile::tempdir().unwrap();
     let stop = dir.path().join("stop");
     let w = Command::new(PY)
-        .args(["-c", WRITER, &c.nodes[gw].uri("p"), "11"])
+        .args(["-c", GAP_WRITER, &c.nodes[gw].uri("p"), "11"])
         .arg(&stop)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

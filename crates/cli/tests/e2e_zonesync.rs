@@ -8,6 +8,7 @@
 //!   within its bound (sampled from `/api/vdis/NAME/lag` all along), the writer is
 //!   slowed, and the copies converge once the throttle is lifted.
 mod common;
+use common::fua::*;
 use common::*;
 use drove_paperbench::procs::Cancel;
 use drove_paperbench::toxiproxy::{find_binary, Toxiproxy};
@@ -113,12 +114,6 @@ fn small_writes(c: &Cluster, i: usize, name: &str, secs: u32) -> f64 {
         ],
     );
     write_p50_ms(&v)
-}
-
-fn json_of(c: &Cluster, i: usize, args: &[&str]) -> Value {
-    let o = c.drove(i, args);
-    assert!(o.status.success(), "drove {args:?}: {}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
 }
 
 fn checked_identical(c: &Cluster, name: &str) {
@@ -247,7 +242,7 @@ fn test_the_lag_stays_within_its_bound_when_the_writer_outruns_the_link() {
 /// argv[1], block n starting with "DROVE-SEQ n" and filled with byte n % 251; after
 /// each acknowledgement prints "n unix-time". Ends at the first error or at argv[2]
 /// blocks.
-const WRITER: &str = r#"
+const ACK_WRITER: &str = r#"
 import nbd, sys, time
 h = nbd.NBD()
 h.connect_uri(sys.argv[1])
@@ -262,7 +257,7 @@ for n in range(int(sys.argv[2])):
     print(n, time.time(), flush=True)
 "#;
 
-/// The block `WRITER` writes as number `n`.
+/// The block `ACK_WRITER` writes as number `n`.
 fn block(n: u64) -> Vec<u8> {
     let head = format!("DROVE-SEQ {n}\n").into_bytes();
     let mut b = head.clone();
@@ -284,10 +279,6 @@ fn acked(out: &str) -> Vec<(u64, f64)> {
 fn read_blocks(c: &Cluster, i: usize, name: &str, blocks: u64) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     read_image(&uri(c, i, name), dir.path(), (blocks * 4096) as usize)
-}
-
-fn status(c: &Cluster, i: usize) -> Value {
-    json_of(c, i, &["cluster", "status", "--json"])
 }
 
 /// Every node of the home zone is killed while a sync and a zone-sync VDI are
@@ -375,7 +366,7 @@ fn test_losing_the_home_zone_loses_nothing_under_sync_and_at_most_the_stated_lag
         .iter()
         .map(|name| {
             Command::new(py)
-                .args(["-c", WRITER, &uri(c, g, name), "16384"])
+                .args(["-c", ACK_WRITER, &uri(c, g, name), "16384"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()

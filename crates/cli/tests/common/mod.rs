@@ -6,6 +6,7 @@
 //! silently.
 #![allow(dead_code)]
 
+pub mod fua;
 pub mod netns;
 pub mod outage;
 pub mod vm;
