@@ -63,13 +63,6 @@ impl Fault {
     }
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// Wait until node `i` sees 3 metadata voters (joiners come in as learners).
 fn wait_voters(c: &Cluster, i: usize) {
     wait_until(Duration::from_secs(60), "3 metadata voters", || {

@@ -15,7 +15,7 @@ mod common;
 use common::fua::*;
 use common::*;
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// `cluster health --json` asked of node `i` (its exit status says the level).
@@ -38,53 +38,6 @@ fn voter_checks(h: &Value) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-fn ids(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
-fn index(c: &Cluster, id: u64) -> usize {
-    c.nodes.iter().position(|n| n.id == id).unwrap()
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn writer(uri: &str, secs: u32, stop: &std::path::Path) -> Child {
-    Command::new(PY)
-        .args(["-c", WRITER, uri, &secs.to_string(), "4096"])
-        .arg(stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn summary(w: Child) -> Value {
-    let o = w.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("writer said {out:?} ({e}): {}", text(&o)))
-}
-
-/// The longest pause of a writer's summary that ends after `after`.
-fn longest_pause(w: &Value, after: f64) -> f64 {
-    w["gaps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g[1].as_f64().unwrap() > after)
-        .map(|g| g[1].as_f64().unwrap() - g[0].as_f64().unwrap())
-        .fold(0.0, f64::max)
 }
 
 #[test]

@@ -11,21 +11,7 @@ mod common;
 use common::fua::*;
 use common::*;
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn ids(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
-/// The index in `c.nodes` of node `id`.
-fn index(c: &Cluster, id: u64) -> usize {
-    c.nodes.iter().position(|n| n.id == id).unwrap()
-}
 
 /// The zones of the voters in status `s`, sorted, repeats kept.
 fn voter_zones(c: &Cluster, s: &Value) -> Vec<String> {
@@ -35,43 +21,6 @@ fn voter_zones(c: &Cluster, s: &Value) -> Vec<String> {
         .collect();
     z.sort();
     z
-}
-
-/// A writer of `WRITER` on `uri` for at most `secs` seconds; `stop` ends it early.
-fn writer(uri: &str, secs: u32, stop: &std::path::Path) -> Child {
-    Command::new(PY)
-        .args(["-c", WRITER, uri, &secs.to_string(), "4096"])
-        .arg(stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// The writer's summary line.
-fn summary(w: Child) -> Value {
-    let o = w.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("writer said {out:?} ({e}): {}", text(&o)))
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// The longest pause of a writer's summary (its gaps) that ends after `after`.
-fn longest_pause(w: &Value, after: f64) -> f64 {
-    w["gaps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g[1].as_f64().unwrap() > after)
-        .map(|g| g[1].as_f64().unwrap() - g[0].as_f64().unwrap())
-        .fold(0.0, f64::max)
 }
 
 /// Zones joined one at a time: z1's two nodes, then z2's, then z3's. The voters end

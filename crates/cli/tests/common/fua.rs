@@ -2,7 +2,7 @@
 //! that measure how long a failure stops writes, and the JSON helpers they share.
 use super::{require_ok, text, Cluster};
 use serde_json::Value;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 /// The Python that has the `nbd` module (Debian's python3-libnbd).
 pub const PY: &str = "/usr/bin/python3";
@@ -63,4 +63,56 @@ pub fn json_of(c: &Cluster, i: usize, args: &[&str]) -> Value {
 #[track_caller]
 pub fn status(c: &Cluster, i: usize) -> Value {
     json_of(c, i, &["cluster", "status", "--json"])
+}
+
+/// The node ids of a JSON array.
+pub fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// The index in `c.nodes` of node `id`.
+pub fn index(c: &Cluster, id: u64) -> usize {
+    c.nodes.iter().position(|n| n.id == id).unwrap()
+}
+
+/// A writer of `WRITER` on `uri` for at most `secs` seconds; `stop` ends it early.
+pub fn writer(uri: &str, secs: u32, stop: &std::path::Path) -> Child {
+    Command::new(PY)
+        .args(["-c", WRITER, uri, &secs.to_string(), "4096"])
+        .arg(stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The writer's summary line.
+pub fn summary(w: Child) -> Value {
+    let o = w.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("writer said {out:?} ({e}): {}", text(&o)))
+}
+
+/// Seconds since the Unix epoch, as the writer's timestamps are.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The longest pause of a writer's summary (its gaps) that ends after `after`.
+pub fn longest_pause(w: &Value, after: f64) -> f64 {
+    w["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g[1].as_f64().unwrap() > after)
+        .map(|g| g[1].as_f64().unwrap() - g[0].as_f64().unwrap())
+        .fold(0.0, f64::max)
 }
