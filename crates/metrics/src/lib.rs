@@ -98,6 +98,7 @@ pub struct Metrics {
     peer_silent: Family<PeerLabels, Counter>,
     peer_rtt: Family<PeerLabels, Gauge<f64, AtomicU64>>,
     markdowns: Family<MarkdownLabels, Counter>,
+    spared: Family<PeerLabels, Counter>,
     reads: Family<WhereLabels, Counter>,
     hedged_reads: Counter,
     hedge_wins: Counter,
@@ -170,6 +171,13 @@ impl Metrics {
             "Replicas this gateway had marked down, by node and cause (silent, error)",
             markdowns.clone(),
         );
+        let spared = Family::<PeerLabels, Counter>::default();
+        registry.register(
+            "gateway_spared",
+            "Replicas that failed a request by going silent but answered this gateway's ping: \
+             the request went again and they were not marked down",
+            spared.clone(),
+        );
         let reads = Family::<WhereLabels, Counter>::default();
         registry.register(
             "gateway_reads",
@@ -213,6 +221,7 @@ impl Metrics {
             peer_silent,
             peer_rtt,
             markdowns,
+            spared,
             reads,
             hedged_reads,
             hedge_wins,
@@ -280,6 +289,16 @@ impl Metrics {
             .get_or_create(&MarkdownLabels {
                 node: node.to_string(),
                 cause: cause.to_string(),
+            })
+            .inc();
+    }
+
+    /// Count a replica on `peer` that went silent, answered a ping and was spared
+    /// a mark-down.
+    pub fn gateway_spared(&self, peer: &str) {
+        self.spared
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
             })
             .inc();
     }

@@ -302,8 +302,44 @@ impl PeerPool {
         req: PeerReq,
         payload: Bytes,
     ) -> Result<(PeerResp, Bytes)> {
-        let forward = req.forward().to_vec();
         let conn = self.conn(node).await?;
+        self.call_on(&conn, node, req, payload).await
+    }
+
+    /// Ask `node` whether it answers at all, within `within`: a ping on a live
+    /// connection or a fresh one, even for a node given up as silent a moment ago
+    /// (the gateway asks before marking down a replica whose request failed). An
+    /// answer clears the silence; an error answer (a refused epoch) is an answer.
+    pub async fn probe(&self, node: NodeId, within: Duration) -> Result<()> {
+        let epoch = self.map.get().epoch;
+        let ask = async {
+            let conn = self.dial(node).await?;
+            self.call_on(&conn, node, PeerReq::Ping { epoch }, Bytes::new())
+                .await
+        };
+        let answered = match tokio::time::timeout(within, ask).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => e.kind() != drove_types::ErrorKind::Unavailable,
+            Err(_) => false,
+        };
+        if !answered {
+            return Err(Error::unavailable(format!(
+                "Node {node} did not answer a ping within {} ms",
+                within.as_millis()
+            )));
+        }
+        self.silenced.lock().remove(&node);
+        Ok(())
+    }
+
+    async fn call_on(
+        &self,
+        conn: &Conn,
+        node: NodeId,
+        req: PeerReq,
+        payload: Bytes,
+    ) -> Result<(PeerResp, Bytes)> {
+        let forward = req.forward().to_vec();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
             id,
@@ -352,6 +388,14 @@ impl PeerPool {
             return Ok(c);
         }
         self.refuse_if_silent(node)?;
+        self.dial(node).await
+    }
+
+    /// The live connection to `node`, or a new one.
+    async fn dial(&self, node: NodeId) -> Result<Arc<Conn>> {
+        if let Some(c) = self.live(node) {
+            return Ok(c);
+        }
         // One dial at a time per peer, so a burst of requests opens one connection.
         let dial_lock = self.dials.lock().entry(node).or_default().clone();
         let _g = dial_lock.lock().await;

@@ -60,6 +60,8 @@ pub struct Gateway {
     this: std::sync::Weak<Gateway>,
     /// Where objects are placed on the current map.
     placed: crate::placecache::PlaceCache,
+    /// Replicas that went silent and answered a ping, and when ([`FORGIVE_FOR`]).
+    forgiven: parking_lot::Mutex<std::collections::HashMap<NodeId, std::time::Instant>>,
 }
 
 /// How a gateway tells the cluster that replicas failed a write it is about to
@@ -74,6 +76,30 @@ pub trait Membership: Send + Sync {
 
 /// How long a gateway waits for its map to move past an epoch a replica refused.
 const MAP_WAIT: Duration = Duration::from_secs(5);
+
+/// A replica that went silent and answered a ping is spared a mark-down once in
+/// this long; failing again within it, it is marked down without a ping.
+const FORGIVE_FOR: Duration = Duration::from_secs(5);
+
+/// How long a ping to a replica that went silent may take: enough for a fresh
+/// connection (TCP, TLS and hello: three round trips) on a busy machine, short
+/// enough that a silent replica is marked down within about 1.5 s of going quiet
+/// (1 s of silence floor, this, then the commit).
+fn probe_within(rtt_high: Option<Duration>) -> Duration {
+    const FLOOR: Duration = Duration::from_millis(300);
+    const MAX: Duration = Duration::from_secs(2);
+    (FLOOR + rtt_high.unwrap_or_default() * 4).min(MAX)
+}
+
+/// What became of a request some replicas failed ([`Gateway::degrade`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Every replica applied it: acknowledge.
+    Done,
+    /// A replica that went silent answers again: send the request again on the
+    /// same map.
+    Again,
+}
 
 impl Gateway {
     /// A gateway on node `me` over its `local` store.
@@ -95,6 +121,7 @@ impl Gateway {
             lanes: Lanes::default(),
             this: this.clone(),
             placed: Default::default(),
+            forgiven: Default::default(),
         })
     }
 
@@ -170,14 +197,18 @@ impl Gateway {
     /// --faults cut`: a gateway cut off with its zone wrote to the replicas there,
     /// and marked the others down after the cut healed, by which time the detector
     /// had marked its zone down and up and those copies had been recovered).
+    ///
+    /// A replica that failed by going silent (a pause, a cut) is first pinged
+    /// ([`Gateway::answer_again`]): when it answers now, nothing is marked down and
+    /// the request goes again on the same map ([`Settled::Again`]).
     async fn degrade(
         &self,
         vdi: &VdiInfo,
         applied: usize,
         mut failed: Vec<(NodeId, Error)>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         if failed.is_empty() {
-            return Ok(());
+            return Ok(Settled::Done);
         }
         // Final for the write: the lock moved, the request is wrong, the VDI is
         // gone, or a replica's disk is full. A full disk is not a failed node:
@@ -202,6 +233,9 @@ impl Gateway {
             let i = fatal.unwrap_or(0);
             return Err(failed.swap_remove(i).1);
         };
+        if self.answer_again(&failed).await {
+            return Ok(Settled::Again);
+        }
         let nodes: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();
         let silent = nodes
             .iter()
@@ -243,6 +277,51 @@ impl Gateway {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Whether some replica that failed a request by going silent answers a ping
+    /// now, so that the request may go again instead of marking it down: a pause
+    /// just past the silence floor, or a cut that healed while the request waited,
+    /// must not cost an epoch and a recovery. Only once per node in
+    /// [`FORGIVE_FOR`]: a node that fails again soon after answering is marked down.
+    /// The others are left to fail again on the resend (at once, for the silent).
+    async fn answer_again(&self, failed: &[(NodeId, Error)]) -> bool {
+        let recent = |n: NodeId| {
+            self.forgiven
+                .lock()
+                .get(&n)
+                .is_some_and(|t| t.elapsed() < FORGIVE_FOR)
+        };
+        let silent: Vec<NodeId> = failed
+            .iter()
+            .filter(|(n, e)| {
+                e.kind() == ErrorKind::Unavailable
+                    && self.pool.silent_within(*n, FORGIVE_FOR)
+                    && !recent(*n)
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        if silent.is_empty() {
+            return false;
+        }
+        let epoch = self.map.get().epoch;
+        let asks = silent.iter().map(|&n| {
+            let within = probe_within(self.pool.rtt_high(n));
+            async move { (n, self.pool.probe(n, epoch, within).await) }
+        });
+        let mut again = false;
+        for (n, res) in join_all(asks).await {
+            match res {
+                Ok(()) => {
+                    tracing::info!(node = %n, "a replica that went silent answers again: the request goes again, nothing is marked down");
+                    self.metrics.gateway_spared(&n.to_string());
+                    self.forgiven.lock().insert(n, std::time::Instant::now());
+                    again = true;
+                }
+                Err(e) => tracing::debug!(node = %n, "the silent replica is still silent: {e}"),
+            }
+        }
+        again
     }
 
     /// The replicas on `map` in the order reads try them: this node first. While
@@ -435,9 +514,11 @@ impl Gateway {
                 }
             } else {
                 let results = self.send_by_zone(&map, &replicas, &make, &payload).await;
-                self.settle(vdi, &replicas, results)
-                    .await
-                    .and_then(|()| self.still_on(&map))
+                match self.settle(vdi, &replicas, results).await {
+                    Ok(Settled::Again) => continue,
+                    Ok(Settled::Done) => self.still_on(&map),
+                    Err(e) => Err(e),
+                }
             };
             match res {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
@@ -453,7 +534,7 @@ impl Gateway {
         vdi: &VdiInfo,
         nodes: &[NodeId],
         results: Vec<Result<(PeerResp, Bytes)>>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let mut applied = 0;
         let mut failed = Vec::new();
         for (&n, r) in nodes.iter().zip(results) {
@@ -490,8 +571,10 @@ impl Gateway {
         loop {
             let map = self.map.get();
             match self.flush_on(&map, vdi, oids, reach).await {
+                Ok(Settled::Done) => return Ok(()),
+                Ok(Settled::Again) => {}
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -502,7 +585,7 @@ impl Gateway {
         vdi: &VdiInfo,
         oids: &[ObjectId],
         reach: zoned::Reach,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let mut by_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for &oid in oids {
             for node in reach.pick(map, vdi, self.replicas_on(map, vdi, oid)?) {
@@ -531,7 +614,7 @@ impl Gateway {
             }
         }
         if failed.is_empty() {
-            return Ok(());
+            return Ok(Settled::Done);
         }
         // Each object must have reached min_copies of its replicas.
         let bad: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();

@@ -9,7 +9,7 @@
 //! concluded (a peer went silent).
 use bytes::Bytes;
 use drove_proto::{PeerReq, PeerResp};
-use drove_types::{NodeId, Result};
+use drove_types::{Epoch, Error, ErrorKind, NodeId, Result};
 use futures::future::BoxFuture;
 use std::time::Duration;
 
@@ -38,6 +38,24 @@ pub trait Transport: Send + Sync + 'static {
     /// Whether `node` was given up as silent (stopped answering, rather than
     /// answered with errors) within `within`.
     fn silent_within(&self, node: NodeId, within: Duration) -> bool;
+
+    /// Whether `node` answers a ping within `within`, even one given up as silent a
+    /// moment ago (`epoch`: the caller's map). An error answer is an answer; only
+    /// no answer ([`drove_types::ErrorKind::Unavailable`]) is an error.
+    fn probe(&self, node: NodeId, epoch: Epoch, within: Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let ping = self.call(node, PeerReq::Ping { epoch }, Bytes::new());
+            match tokio::time::timeout(within, ping).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) if e.kind() != ErrorKind::Unavailable => Ok(()),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(Error::unavailable(format!(
+                    "Node {node} did not answer a ping within {} ms",
+                    within.as_millis()
+                ))),
+            }
+        })
+    }
 }
 
 impl Transport for PeerPool {
@@ -64,5 +82,10 @@ impl Transport for PeerPool {
 
     fn silent_within(&self, node: NodeId, within: Duration) -> bool {
         PeerPool::silent_within(self, node, within)
+    }
+
+    /// Past the pool's fail-fast for a silent peer: a fresh dial if need be.
+    fn probe(&self, node: NodeId, _epoch: Epoch, within: Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(PeerPool::probe(self, node, within))
     }
 }

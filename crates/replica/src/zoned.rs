@@ -164,10 +164,11 @@ impl Gateway {
                 return Err(failed.swap_remove(i).1);
             }
             if far.is_empty() {
-                let settled = self
-                    .degrade(vdi, near_ok, failed)
-                    .await
-                    .and_then(|()| self.still_on(&map));
+                let settled = match self.degrade(vdi, near_ok, failed).await {
+                    Ok(Settled::Again) => continue,
+                    Ok(Settled::Done) => self.still_on(&map),
+                    Err(e) => Err(e),
+                };
                 match settled {
                     Err(e) if e.kind() == ErrorKind::StaleEpoch => {
                         self.newer_map(map.epoch).await?;
@@ -214,10 +215,11 @@ impl Gateway {
             far_res?;
             // The far copies have it (or the failed ones were marked down with the
             // near copies counted): settle the near failures with them counted too.
-            let settled = self
-                .degrade(vdi, near_ok + far.len(), failed)
-                .await
-                .and_then(|()| self.still_on(&map));
+            let settled = match self.degrade(vdi, near_ok + far.len(), failed).await {
+                Ok(Settled::Again) => continue,
+                Ok(Settled::Done) => self.still_on(&map),
+                Err(e) => Err(e),
+            };
             match settled {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => {
                     self.newer_map(map.epoch).await?;
@@ -305,7 +307,8 @@ impl Gateway {
                 self.newer_map(map.epoch).await
             } else {
                 match self.degrade(&e.vdi, applied, failed).await {
-                    Ok(()) => return Ok(()),
+                    Ok(Settled::Done) => return Ok(()),
+                    Ok(Settled::Again) => continue,
                     Err(err) => Err(err),
                 }
             };
