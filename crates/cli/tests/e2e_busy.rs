@@ -41,7 +41,8 @@ fn test_busy_machine_marks_no_healthy_node_down() {
     }
     let c = Cluster::start(3, 3);
     c.create_vdi("busy", "256M", &["--copies", "3"]);
-    let epoch = c.status()["map"]["epoch"].as_u64().unwrap();
+    let s0 = c.status();
+    let epoch = s0["map"]["epoch"].as_u64().unwrap();
     let _hogs = Hogs::start(2);
     let o = Command::new("fio")
         .args([
@@ -60,6 +61,13 @@ fn test_busy_machine_marks_no_healthy_node_down() {
         .expect("fio");
     assert!(o.status.success(), "fio failed: {}", text(&o));
     let s = c.status();
+    // Metadata elections are reported, not asserted: with 250-350 ms election
+    // timeouts one was seen in a five-minute run beside the hogs, and it moves no
+    // epoch and stops no write.
+    eprintln!(
+        "five minutes beside two CPU hogs: epoch {} -> {}, metadata term {} -> {}",
+        epoch, s["map"]["epoch"], s0["term"], s["term"]
+    );
     assert_eq!(
         s["map"]["epoch"].as_u64(),
         Some(epoch),

@@ -310,26 +310,40 @@ impl PeerPool {
     /// connection or a fresh one, even for a node given up as silent a moment ago
     /// (the gateway asks before marking down a replica whose request failed). An
     /// answer clears the silence; an error answer (a refused epoch) is an answer.
+    ///
+    /// A dial that gets no answer is tried again after 100 ms, then after twice as
+    /// long, and so on within `within`: a SYN lost to a cut that has since healed
+    /// would otherwise wait for TCP's own retransmission (1 s).
     pub async fn probe(&self, node: NodeId, within: Duration) -> Result<()> {
         let epoch = self.map.get().epoch;
-        let ask = async {
-            let conn = self.dial(node).await?;
-            self.call_on(&conn, node, PeerReq::Ping { epoch }, Bytes::new())
-                .await
-        };
-        let answered = match tokio::time::timeout(within, ask).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => e.kind() != drove_types::ErrorKind::Unavailable,
-            Err(_) => false,
-        };
-        if !answered {
-            return Err(Error::unavailable(format!(
-                "Node {node} did not answer a ping within {} ms",
-                within.as_millis()
-            )));
+        let end = tokio::time::Instant::now() + within;
+        let mut step = Duration::from_millis(100);
+        loop {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(Error::unavailable(format!(
+                    "Node {node} did not answer a ping within {} ms",
+                    within.as_millis()
+                )));
+            }
+            let ask = async {
+                let conn = self.dial(node).await?;
+                self.call_on(&conn, node, PeerReq::Ping { epoch }, Bytes::new())
+                    .await
+            };
+            let answered = match tokio::time::timeout(step.min(left), ask).await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) if e.kind() != drove_types::ErrorKind::Unavailable => true,
+                // Refused or reset: nobody listens there now.
+                Ok(Err(e)) => return Err(e),
+                Err(_) => false,
+            };
+            if answered {
+                self.silenced.lock().remove(&node);
+                return Ok(());
+            }
+            step *= 2;
         }
-        self.silenced.lock().remove(&node);
-        Ok(())
     }
 
     async fn call_on(
