@@ -73,8 +73,9 @@ fn vdi_check(c: &Cluster, i: usize) -> Value {
 
 /// Four nodes, a VDI with three copies written by fio through node 1; the disk of
 /// a replica that is neither node 1 nor the metadata leader fails with `fault`.
-fn disk_fails_under_writes(fault: &str, first: &str) {
-    let c = Cluster::start_cmd(tempfile::tempdir().unwrap(), 4, 1, &[], |up| {
+/// With `replace`, the disk is then replaced (emptied) and the node restarted.
+fn disk_fails_under_writes(fault: &str, first: &str, replace: bool) {
+    let mut c = Cluster::start_cmd(tempfile::tempdir().unwrap(), 4, 1, &[], |up| {
         up.env("DROVE_DISK_FAULTS", "disk-faults");
     });
     c.create_vdi("d", "64M", &["--copies", "3"]);
@@ -169,14 +170,45 @@ fn disk_fails_under_writes(fault: &str, first: &str) {
     fio_ok(fio(&other.uri("d"), true), "read-back after re-replication");
     // The victim still serves nothing from its disk.
     assert_eq!(node_state(&c, victim.id), "down");
+    if !replace {
+        return;
+    }
+
+    // The operator replaces the disk (an empty store) and restarts the node: it
+    // comes back up, recovery copies its share back onto it, and every block reads
+    // back through it.
+    let i = c.nodes.iter().position(|n| n.id == victim.id).unwrap();
+    c.kill(i);
+    std::fs::remove_dir_all(&store).unwrap();
+    std::fs::remove_file(data.join("disk-faults")).unwrap();
+    c.restart(i);
+    wait_until(Duration::from_secs(30), "the victim back up", || {
+        node_state(&c, victim.id) == "up"
+    });
+    wait_until(
+        Duration::from_secs(120),
+        "recovery onto the new disk",
+        || {
+            let v = vdi_check(&c, i);
+            v["identical"] == v["objects"] && v["degraded"] == 0 && v["objects"].as_u64() > Some(0)
+        },
+    );
+    let held = object_files(data);
+    assert!(held >= 2, "the new disk holds {held} objects");
+    eprintln!("{fault}: after the disk was replaced the node holds {held} objects");
+    fio_ok(
+        fio(&victim.uri("d"), true),
+        "read-back through the restarted node",
+    );
 }
 
 #[test]
-fn test_eio_disk_marks_the_node_down_and_its_objects_are_re_replicated() {
+fn test_eio_disk_marks_the_node_down_and_its_objects_are_re_replicated_and_a_new_disk_is_refilled()
+{
     if !require(&["fio"]) {
         return;
     }
-    disk_fails_under_writes("eio", "Input/output error (os error 5)) at ");
+    disk_fails_under_writes("eio", "Input/output error (os error 5)) at ", true);
 }
 
 #[test]
@@ -184,5 +216,5 @@ fn test_failed_fsync_marks_the_node_down_and_its_objects_are_re_replicated() {
     if !require(&["fio"]) {
         return;
     }
-    disk_fails_under_writes("fsync", "(fsync failed: fsync (injected");
+    disk_fails_under_writes("fsync", "(fsync failed: fsync (injected", false);
 }
