@@ -218,3 +218,50 @@ fn test_failed_fsync_marks_the_node_down_and_its_objects_are_re_replicated() {
     }
     disk_fails_under_writes("fsync", "(fsync failed: fsync (injected", false);
 }
+
+/// A disk that fails with no client writing: reads through the failed node itself
+/// (its gateway reads its own copies first) still return the data, from the other
+/// copies, and the node marks itself down, naming its disk, and stays down.
+#[test]
+fn test_a_disk_failing_without_writes_marks_its_node_down_and_reads_through_it_go_on() {
+    if !require(&["qemu-io"]) {
+        return;
+    }
+    let c = Cluster::start_cmd(tempfile::tempdir().unwrap(), 4, 1, &[], |up| {
+        up.env("DROVE_DISK_FAULTS", "disk-faults");
+    });
+    c.create_vdi("r", "16M", &["--copies", "3"]);
+    qemu_io(
+        &c.nodes[0].uri("r"),
+        &["write -P 0x5a 0 16M".into(), "flush".into()],
+    );
+    let leader = c.status()["leader"].as_u64().unwrap();
+    let victim = c.nodes[1..]
+        .iter()
+        .find(|n| n.id != leader && object_files(Path::new(&n.data)) > 0)
+        .cloned()
+        .expect("a replica that is not the metadata leader");
+    let data = Path::new(&victim.data);
+    std::fs::write(data.join("disk-faults"), "eio").unwrap();
+    let read = ["read -P 0x5a 0 16M".to_string()];
+    // qemu-io fails on an error or a pattern mismatch.
+    qemu_io(&victim.uri("r"), &read);
+    wait_until(Duration::from_secs(10), "the victim marked down", || {
+        node_state(&c, victim.id) == "down"
+    });
+    let history = c.status()["epoch_history"].to_string();
+    let disk = format!("The disk at {} failed (", data.join("store").display());
+    assert!(history.contains(&disk), "{disk} not in {history}");
+    let down = format!("node {} Up -> Down", victim.id);
+    // Down, it still serves as a gateway, from the other copies.
+    qemu_io(&victim.uri("r"), &read);
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_secs(4) {
+        assert_eq!(node_state(&c, victim.id), "down", "the victim came back up");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let history = c.status()["epoch_history"].to_string();
+    assert_eq!(history.matches(&down).count(), 1, "{history}");
+    let shown: Vec<&str> = history.split("\"change\":").skip(5).collect();
+    eprintln!("{shown:?}");
+}

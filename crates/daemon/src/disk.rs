@@ -2,9 +2,10 @@
 //! is a [`GuardedStore`], which refuses everything once a read or write failed with
 //! EIO or a flush failed. This module opens it (with the test-only fault hook when
 //! `DROVE_DISK_FAULTS` is set) and, once it has failed, marks this node down in the
-//! metadata with a reason naming the disk, and again whenever it finds itself up:
-//! its heartbeats say it is unhealthy meanwhile, so the failure detector keeps it
-//! down (no flapping) until the process is restarted on a working disk.
+//! metadata with a reason naming the disk, and again whenever it finds itself up.
+//! Its heartbeats say it is unhealthy once it is down (or 2 s after the failure), so
+//! the failure detector keeps it down (no flapping) until the process is restarted
+//! on a working disk.
 use drove_meta::{Command, Meta};
 use drove_objstore::{FaultyStore, FileStore, GuardedStore, ObjectStore};
 use drove_types::NodeState;
@@ -91,6 +92,37 @@ pub(crate) async fn mark_down_when_failed(meta: Arc<Meta>, store: Arc<GuardedSto
     }
 }
 
+/// How long after its disk failed a node still says it is healthy while the map
+/// shows it up: its own mark-down, which names the disk, lands first, rather than
+/// the failure detector's, which names nothing.
+const OWN_MARK_GRACE_MS: u64 = 2000;
+
+/// What this node's heartbeat says (see [`Meta::run_health`]): unhealthy once its
+/// disk failed, so that the failure detector keeps it down; but not in the first
+/// [`OWN_MARK_GRACE_MS`] while the map still shows it up.
+pub(crate) fn heartbeat_healthy(meta: &Meta, store: &GuardedStore) -> bool {
+    let Some(f) = store.failure() else {
+        return true;
+    };
+    let up = meta
+        .state()
+        .map
+        .node(meta.node_id())
+        .is_some_and(|n| n.state == NodeState::Up);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    healthy_at(Some(f.at_unix_ms), now_ms, up)
+}
+
+fn healthy_at(failed_ms: Option<u64>, now_ms: u64, up: bool) -> bool {
+    match failed_ms {
+        None => true,
+        Some(at) => up && now_ms.saturating_sub(at) < OWN_MARK_GRACE_MS,
+    }
+}
+
 /// This node's failed disk, for `GET /api/local/health`.
 pub(crate) fn failure(store: &GuardedStore) -> Option<String> {
     store.failure().map(|f| f.message())
@@ -99,6 +131,18 @@ pub(crate) fn failure(store: &GuardedStore) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_a_failed_disk_makes_heartbeats_unhealthy_once_down_or_after_the_grace() {
+        assert!(healthy_at(None, 5_000, true));
+        assert!(healthy_at(None, 5_000, false));
+        // Just failed, still up: its own mark-down (naming the disk) goes first.
+        assert!(healthy_at(Some(5_000), 5_500, true));
+        // Down (whoever marked it): kept down.
+        assert!(!healthy_at(Some(5_000), 5_500, false));
+        // Its own mark-down did not land in time: the detector takes it down.
+        assert!(!healthy_at(Some(5_000), 5_000 + OWN_MARK_GRACE_MS, true));
+    }
 
     #[test]
     fn test_the_reason_is_bounded_on_a_char_boundary() {

@@ -223,8 +223,9 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         meta.clone(),
         guarded.clone(),
     ));
+    let hb_meta = meta.clone();
     let health_task = tokio::spawn(meta.clone().run_health(
-        move || guarded.failure().is_none(),
+        move || crate::disk::heartbeat_healthy(&hb_meta, &guarded),
         move || {
             let p = clean_of.progress();
             p.clean.then_some(drove_types::Epoch(p.epoch))
