@@ -31,6 +31,8 @@ pub struct Admin {
     pub admin_scheme: &'static str,
     /// The directory of the object store (for its disk space).
     pub store_dir: std::path::PathBuf,
+    /// The object store's guard: whether its disk failed.
+    pub disk: Arc<drove_objstore::GuardedStore>,
     /// The bytes the object store keeps free on that disk (`--reserve-space`).
     pub reserve: u64,
     /// SHA-256 of the node's admin token (`--admin-token-file`); `None`: the admin

@@ -479,6 +479,10 @@ pub struct LocalHealth {
     /// did: the node then exits so that its service manager restarts it.
     #[serde(default)]
     pub meta_stopped: Option<String>,
+    /// Why its disk was judged failed (EIO, a failed fsync), if it was: the node
+    /// then serves nothing from it and keeps itself down.
+    #[serde(default)]
+    pub disk_failed: Option<String>,
     /// The zone-sync lag of each VDI written through it.
     pub lags: Vec<crate::wan::LagReport>,
 }

@@ -4,8 +4,10 @@
 //! The answering node judges from its own copy of the metadata (quorum, nodes down)
 //! and from what each up node says about itself (`GET /api/local/health`: recovery,
 //! disk space, clock, zone-sync lag), all asked at once with a short timeout, so a
-//! node that hangs costs [`ASK_TIMEOUT`] and is itself a finding. The judging is a
-//! pure function ([`judge`]) of those answers.
+//! node that hangs costs [`ASK_TIMEOUT`] and is itself a finding. Down nodes are
+//! asked too, only for a failed disk (a node whose disk failed keeps itself down
+//! and says which disk, see disk.rs); their silence is no finding. The judging is
+//! a pure function ([`judge`]) of those answers.
 use axum::extract::State;
 use axum::Json;
 use drove_meta::{MetaState, QUORUM_FRESH};
@@ -65,6 +67,7 @@ fn local(a: &Admin) -> LocalHealth {
         disk_reserve_bytes: Some(a.reserve),
         data_dir: a.store_dir.parent().map(|d| d.display().to_string()),
         meta_stopped: a.meta.stopped(),
+        disk_failed: crate::disk::failure(&a.disk),
         lags,
     }
 }
@@ -86,7 +89,17 @@ pub(crate) struct Answer {
 /// `GET /api/health`.
 pub(crate) async fn health(State(a): State<Admin>) -> ApiResult<Health> {
     let me = a.meta.node_id();
-    let mut others = crate::clients::up_admins(&a);
+    // Down nodes are asked too, for a failed disk only: one that keeps itself
+    // down says which disk (and a dead one costs nothing but the wait).
+    let mut others: Vec<(NodeId, String)> = a
+        .meta
+        .state()
+        .map
+        .nodes
+        .values()
+        .filter(|n| !n.witness || n.state == NodeState::Up)
+        .map(|n| (n.id, n.admin_addr.clone()))
+        .collect();
     others.retain(|(id, _)| *id != me);
     let a = &a;
     let http = &a.http;
@@ -208,6 +221,18 @@ pub(crate) fn judge(
     let mut widest_skew = 0.0f64;
     let mut zone_sync = (0usize, 0.0f64);
     for ans in answers {
+        let down = state
+            .map
+            .node(ans.node)
+            .is_some_and(|n| n.state != NodeState::Up);
+        if down {
+            // Down nodes are asked only for a failed disk they keep themselves
+            // down for; silence from them is expected (the "nodes" check says so).
+            if let Ok(h) = &ans.reply {
+                disks.extend(failed_disk(ans.node, h));
+            }
+            continue;
+        }
         let h = match &ans.reply {
             Ok(h) if h.node_id == ans.node => h,
             Ok(h) => {
@@ -235,6 +260,7 @@ pub(crate) fn judge(
             }
         };
         let n = ans.node;
+        disks.extend(failed_disk(n, h));
         recovery.extend(recovering(n, h, state.map.epoch.0));
         if let Some(why) = &h.meta_stopped {
             checks.push(check(
@@ -296,7 +322,16 @@ pub(crate) fn judge(
             }
         }
     }
-    let answered = answers.iter().filter(|a| a.reply.is_ok()).count();
+    let answered = answers
+        .iter()
+        .filter(|a| {
+            a.reply.is_ok()
+                && state
+                    .map
+                    .node(a.node)
+                    .is_none_or(|n| n.state == NodeState::Up)
+        })
+        .count();
     push_or_ok(&mut checks, recovery, "recovery", || {
         format!(
             "{answered} node(s) answering are current at epoch {}",
@@ -438,6 +473,24 @@ fn nodes(state: &MetaState) -> Vec<HealthCheck> {
             all - down.len()
         ),
     )]
+}
+
+/// An error when node `n` says its disk failed (what it answers every request
+/// with, naming the disk and the first failure). Only the node itself is believed:
+/// its answer is checked to come from it before this is called.
+fn failed_disk(n: NodeId, h: &LocalHealth) -> Option<HealthCheck> {
+    if h.node_id != n {
+        return None;
+    }
+    let why: String = h.disk_failed.as_deref()?.chars().take(1024).collect();
+    Some(check(
+        Level::Err,
+        "disk",
+        format!(
+            "node {n}: {why}; it keeps itself down and its objects are re-replicated \
+             elsewhere: replace the disk and restart the node (docs/self-healing.md)"
+        ),
+    ))
 }
 
 /// A warning when node `n` is not yet current at the map's epoch.

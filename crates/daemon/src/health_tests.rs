@@ -30,6 +30,7 @@ fn healthy(node: u64) -> LocalHealth {
         disk_reserve_bytes: Some(1 << 30),
         data_dir: Some(format!("/var/lib/drove/node{node}")),
         meta_stopped: None,
+        disk_failed: None,
         lags: Vec::new(),
     }
 }
@@ -339,4 +340,47 @@ fn test_the_voters_check_is_part_of_the_verdict() {
                 metadata voters are fewer",
         "{h:?}"
     );
+}
+
+#[test]
+fn test_a_failed_disk_is_an_error_naming_the_node_and_the_disk_even_when_down() {
+    const WHY: &str = "The disk at /var/lib/drove/node3/store failed (EIO: object 1: write) \
+                       at 2026-11-27T23:00:00Z: this node serves nothing from it";
+    let mut s = state();
+    s.map.nodes.get_mut(&NodeId(3)).unwrap().state = NodeState::Down;
+    let mut failed = healthy(3);
+    failed.disk_failed = Some(WHY.into());
+    // Node 3 is down; it answers and names its disk.
+    let mut answers = all_healthy();
+    answers[2] = answer(3, failed.clone());
+    let h = judge(NodeId(1), FRESH, &s, &answers);
+    assert_eq!(h.status, Level::Err, "{h:?}");
+    assert_eq!(levels(&h)[0], (Level::Err, "disk"), "{h:?}");
+    assert!(
+        h.checks[0].message.starts_with(&format!("node 3: {WHY}")),
+        "{h:?}"
+    );
+    // Only the one finding for disks, not an "ok" one beside it.
+    assert_eq!(
+        h.checks.iter().filter(|c| c.check == "disk").count(),
+        1,
+        "{h:?}"
+    );
+    // A down node that does not answer is no finding of its own: the nodes check
+    // says it is down.
+    answers[2].reply = Err("connection refused".into());
+    let h = judge(NodeId(1), FRESH, &s, &answers);
+    assert_eq!(h.status, Level::Warn, "{h:?}");
+    assert!(!h.checks.iter().any(|c| c.check == "reach"), "{h:?}");
+    // Another node's answer naming node 3's disk is not believed.
+    let mut other = failed.clone();
+    other.node_id = NodeId(2);
+    answers[2] = answer(3, other);
+    let h = judge(NodeId(1), FRESH, &s, &answers);
+    assert!(!h.checks.iter().any(|c| c.level == Level::Err), "{h:?}");
+    // Still up (its own report raced the mark-down): the same error.
+    let mut answers = all_healthy();
+    answers[2] = answer(3, failed);
+    let h = judge(NodeId(1), FRESH, &state(), &answers);
+    assert_eq!(levels(&h)[0], (Level::Err, "disk"), "{h:?}");
 }

@@ -16,6 +16,7 @@ pub mod api;
 mod clients;
 mod config;
 mod datadir;
+mod disk;
 mod exports;
 mod first_head;
 mod health;

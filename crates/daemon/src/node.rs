@@ -109,7 +109,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         cfg.reserve_space,
     )?;
     let reserve = file_store.reserve();
-    let store: Arc<dyn ObjectStore> = Arc::new(file_store);
+    // Refuses everything once its disk failed (EIO, a failed fsync): see disk.rs.
+    let guarded = crate::disk::guard(
+        file_store,
+        &cfg.data.join("store"),
+        &cfg.data,
+        std::env::var_os(crate::disk::FAULTS_ENV),
+    );
+    let store: Arc<dyn ObjectStore> = guarded.clone();
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
     let pool = PeerPool::with_routes(
@@ -158,6 +165,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         )?,
         admin_scheme: if admin_tls.is_some() { "https" } else { "http" },
         store_dir: cfg.data.join("store"),
+        disk: guarded.clone(),
         reserve,
         token_sha256: cfg.admin_token.as_deref().map(crate::auth::sha256_hex),
         open_metrics: cfg.open_metrics,
@@ -210,8 +218,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // and writes that need new space there fail with ENOSPC (see
     // drove_objstore's reserve). Marking it down would move its objects onto disks
     // that fill up in turn.
+    // A failed disk does: the node is kept down until it is restarted (disk.rs).
+    let disk_task = tokio::spawn(crate::disk::mark_down_when_failed(
+        meta.clone(),
+        guarded.clone(),
+    ));
+    let hb_meta = meta.clone();
     let health_task = tokio::spawn(meta.clone().run_health(
-        || true,
+        move || crate::disk::heartbeat_healthy(&hb_meta, &guarded),
         move || {
             let p = clean_of.progress();
             p.clean.then_some(drove_types::Epoch(p.epoch))
@@ -292,6 +306,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     routes_task.abort();
     scrub_task.abort();
     health_task.abort();
+    disk_task.abort();
     peer_task.abort();
     admin_task.abort();
     outcome

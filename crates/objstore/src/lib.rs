@@ -4,7 +4,9 @@
 //! lands on this node to an [`ObjectStore`]. [`FileStore`] keeps one sparse file per
 //! object under the node's data directory with a crc32c per 4 KiB block that is
 //! verified on every read; [`MemStore`] is an in-memory stand-in with the same
-//! semantics for the tests of other crates.
+//! semantics for the tests of other crates. [`GuardedStore`] wraps a node's store
+//! and refuses everything once its disk failed (EIO, a failed fsync);
+//! [`FaultyStore`] is the test-only hook that makes a store fail that way.
 //!
 //! The on-disk layout is described in the `layout` module; in short:
 //!
@@ -28,7 +30,9 @@
 mod cache;
 mod crc;
 mod dirty;
+mod faulty;
 mod file;
+mod guard;
 mod layout;
 mod mem;
 mod objfile;
@@ -36,7 +40,9 @@ mod space;
 mod stripes;
 mod sys;
 
+pub use faulty::{Fault, FaultyStore};
 pub use file::FileStore;
+pub use guard::{utc, DiskFailure, GuardedStore};
 pub use mem::MemStore;
 pub use space::default_reserve;
 pub use sys::{disk_space, DiskSpace};
