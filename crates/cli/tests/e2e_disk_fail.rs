@@ -12,38 +12,18 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// fio through `uri`: 4 KiB random writes, each followed by a FLUSH, paced to last
 /// about 6 s, then every block read back and checked (crc32c headers). With
 /// `verify_only`, only the read-back of what the same job wrote.
 fn fio(uri: &str, verify_only: bool) -> Child {
-    let mut c = Command::new("fio");
-    c.args([
-        "--name=diskfail",
-        "--ioengine=nbd",
-        &format!("--uri={uri}"),
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=4",
-        "--fsync=1",
-        "--size=64M",
-        "--io_size=12M",
-        "--rate_iops=500",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-        "--output-format=json",
-    ]);
+    let mut c = paced_fio("diskfail", uri, 4);
     if verify_only {
         c.arg("--verify_only");
     }
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio")
+    c.spawn().expect("fio")
 }
 
 /// fio's outcome: it must have succeeded with no error and read back what it wrote.

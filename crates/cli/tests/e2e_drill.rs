@@ -25,42 +25,6 @@ use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Writes 4 KiB blocks numbered from 0 (block n at n x 4 KiB) to NBD URI argv[1],
-/// argv[2] of them at most, printing "n unix_time" for each acknowledged one, until
-/// a write fails ("error ...").
-const ACK_WRITER: &str = r#"
-import nbd, sys, time
-h = nbd.NBD()
-h.connect_uri(sys.argv[1])
-for n in range(int(sys.argv[2])):
-    head = ("DROVE-SEQ %d\n" % n).encode()
-    buf = head + bytes([n % 251]) * (4096 - len(head))
-    try:
-        h.pwrite(buf, n * 4096)
-    except Exception as e:
-        print("error", e, flush=True)
-        break
-    print(n, time.time(), flush=True)
-"#;
-
-/// The block `ACK_WRITER` writes as number `n`.
-fn block(n: u64) -> Vec<u8> {
-    let head = format!("DROVE-SEQ {n}\n").into_bytes();
-    let mut b = head.clone();
-    b.resize(4096, (n % 251) as u8);
-    b
-}
-
-/// The acknowledged blocks in `ACK_WRITER`'s output: (number, unix time).
-fn acked(out: &str) -> Vec<(u64, f64)> {
-    out.lines()
-        .filter_map(|l| {
-            let (n, t) = l.split_once(' ')?;
-            Some((n.parse().ok()?, t.parse().ok()?))
-        })
-        .collect()
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     ThreeZones,

@@ -7,35 +7,16 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// fio through `uri`: 4 KiB writes at `qd`, each followed by a FLUSH, paced so that
 /// they last about 6 s, every block checked afterwards (crc32c), with a log of
 /// every write's completion time.
 fn fio(uri: &str, qd: usize, log: &std::path::Path) -> Child {
-    Command::new("fio")
-        .args([
-            "--name=silent",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
-            "--rw=randwrite",
-            "--bs=4k",
-            &format!("--iodepth={qd}"),
-            "--fsync=1",
-            "--size=64M",
-            "--io_size=12M",
-            "--rate_iops=500",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            &format!("--write_lat_log={}", log.display()),
-            "--log_avg_msec=0",
-            "--output-format=json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    paced_fio("silent", uri, qd)
+        .arg(format!("--write_lat_log={}", log.display()))
+        .arg("--log_avg_msec=0")
         .spawn()
         .expect("fio")
 }
@@ -58,6 +39,16 @@ fn longest_pause(log: &std::path::Path) -> (Duration, usize) {
     (Duration::from_millis(gap), times.len())
 }
 
+/// A node other than node 1 (the gateway of these tests) and the metadata leader.
+fn replica_not_leader(c: &Cluster) -> Node {
+    let leader = c.status()["leader"].as_u64().unwrap();
+    c.nodes[1..]
+        .iter()
+        .find(|n| n.id != leader)
+        .cloned()
+        .expect("a replica that is not the metadata leader")
+}
+
 /// Stop a replica (not the gateway, not the metadata leader) with SIGSTOP for 4 s
 /// under fio at `qd` through node 1; then check the pause, the mark-down and its
 /// reason, the catch-up after SIGCONT and every acknowledged block.
@@ -67,12 +58,7 @@ fn stop_a_replica_under_writes(mode: &str, qd: usize) {
     let o = c.drove(0, &["cluster", "config", "--hold-down", "3"]);
     assert!(o.status.success(), "{}", text(&o));
     c.create_vdi("s", "64M", &["--copies", "3", "--mode", mode]);
-    let leader = c.status()["leader"].as_u64().unwrap();
-    let victim = c.nodes[1..]
-        .iter()
-        .find(|n| n.id != leader)
-        .cloned()
-        .expect("a replica that is not the metadata leader");
+    let victim = replica_not_leader(&c);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("w");
     let load = fio(&c.nodes[0].uri("s"), qd, &log);
@@ -184,12 +170,7 @@ fn test_a_replica_silent_just_past_the_floor_is_spared_a_mark_down() {
     let o = c.drove(0, &["cluster", "config", "--hold-down", "3"]);
     assert!(o.status.success(), "{}", text(&o));
     c.create_vdi("s", "64M", &["--copies", "3"]);
-    let leader = c.status()["leader"].as_u64().unwrap();
-    let victim = c.nodes[1..]
-        .iter()
-        .find(|n| n.id != leader)
-        .cloned()
-        .expect("a replica that is not the metadata leader");
+    let victim = replica_not_leader(&c);
     let dir = tempfile::tempdir().unwrap();
     // Stop it under fio, and let it go on as soon as the gateway gave it up as
     // silent: the gateway's ping (300 ms at least) then finds it answering. A

@@ -238,43 +238,6 @@ fn test_the_lag_stays_within_its_bound_when_the_writer_outruns_the_link() {
     checked_identical(c, "lag");
 }
 
-/// Writes 4 KiB blocks one at a time at 4 KiB * n for n = 0, 1, ... through NBD URI
-/// argv[1], block n starting with "DROVE-SEQ n" and filled with byte n % 251; after
-/// each acknowledgement prints "n unix-time". Ends at the first error or at argv[2]
-/// blocks.
-const ACK_WRITER: &str = r#"
-import nbd, sys, time
-h = nbd.NBD()
-h.connect_uri(sys.argv[1])
-for n in range(int(sys.argv[2])):
-    head = ("DROVE-SEQ %d\n" % n).encode()
-    buf = head + bytes([n % 251]) * (4096 - len(head))
-    try:
-        h.pwrite(buf, n * 4096)
-    except Exception as e:
-        print("error", e, flush=True)
-        break
-    print(n, time.time(), flush=True)
-"#;
-
-/// The block `ACK_WRITER` writes as number `n`.
-fn block(n: u64) -> Vec<u8> {
-    let head = format!("DROVE-SEQ {n}\n").into_bytes();
-    let mut b = head.clone();
-    b.resize(4096, (n % 251) as u8);
-    b
-}
-
-/// The acknowledged blocks in a writer's output: (number, unix time of the ack).
-fn acked(out: &str) -> Vec<(u64, f64)> {
-    out.lines()
-        .filter_map(|l| {
-            let (n, t) = l.split_once(' ')?;
-            Some((n.parse().ok()?, t.parse().ok()?))
-        })
-        .collect()
-}
-
 /// The first `blocks` 4 KiB blocks of VDI `name`, read through node `i`.
 fn read_blocks(c: &Cluster, i: usize, name: &str, blocks: u64) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
 //! A QD1 writer of 4 KiB FUA blocks over libnbd (python3-libnbd), for the tests
-//! that measure how long a failure stops writes, and the JSON helpers they share.
+//! that measure how long a failure stops writes, a writer that logs every
+//! acknowledgement (for what a lost zone may lose), and the JSON helpers they share.
 use super::{require_ok, text, Cluster};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
@@ -115,4 +116,41 @@ pub fn longest_pause(w: &Value, after: f64) -> f64 {
         .filter(|g| g[1].as_f64().unwrap() > after)
         .map(|g| g[1].as_f64().unwrap() - g[0].as_f64().unwrap())
         .fold(0.0, f64::max)
+}
+
+/// Writes 4 KiB blocks one at a time at 4 KiB * n for n = 0, 1, ... through NBD URI
+/// argv[1], block n starting with "DROVE-SEQ n" and filled with byte n % 251; after
+/// each acknowledgement prints "n unix-time". Ends at the first error or at argv[2]
+/// blocks.
+pub const ACK_WRITER: &str = r#"
+import nbd, sys, time
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+for n in range(int(sys.argv[2])):
+    head = ("DROVE-SEQ %d\n" % n).encode()
+    buf = head + bytes([n % 251]) * (4096 - len(head))
+    try:
+        h.pwrite(buf, n * 4096)
+    except Exception as e:
+        print("error", e, flush=True)
+        break
+    print(n, time.time(), flush=True)
+"#;
+
+/// The block `ACK_WRITER` writes as number `n`.
+pub fn block(n: u64) -> Vec<u8> {
+    let head = format!("DROVE-SEQ {n}\n").into_bytes();
+    let mut b = head.clone();
+    b.resize(4096, (n % 251) as u8);
+    b
+}
+
+/// The acknowledged blocks in a writer's output: (number, unix time of the ack).
+pub fn acked(out: &str) -> Vec<(u64, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let (n, t) = l.split_once(' ')?;
+            Some((n.parse().ok()?, t.parse().ok()?))
+        })
+        .collect()
 }
