@@ -503,8 +503,8 @@ fn peer_metric(net: &NetCluster, i: usize, name: &str, peer: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// A replica cut off just long enough for the gateway to give it up as silent, the
-/// cut healed at once: the gateway pings it before marking it down, finds it
+/// A replica cut off (its switch port stops forwarding) just long enough for the
+/// gateway to give it up as silent, the cut healed at once: the gateway pings it before marking it down, finds it
 /// answering and sends the write again. The epoch stays where it was (no
 /// mark-down, no recovery) and no write fails.
 #[test]
@@ -542,7 +542,7 @@ fn test_a_cut_healed_at_once_leaves_the_epoch_where_it_was() {
         let w = common::fua::writer(&net.nodes[gw].uri("c"), 8, &stop);
         std::thread::sleep(Duration::from_secs(2));
         let silent0 = peer_metric(&net, gw, "drove_peer_silences_total", peer);
-        net.cut(victim);
+        net.block(victim);
         let t0 = Instant::now();
         let mut seen = None;
         while t0.elapsed() < Duration::from_secs(4) {
@@ -551,7 +551,7 @@ fn test_a_cut_healed_at_once_leaves_the_epoch_where_it_was() {
                 break;
             }
         }
-        net.heal(victim);
+        net.unblock(victim);
         let late = seen.map(|s| s.elapsed());
         let cut_for = t0.elapsed();
         let sum = common::fua::summary(w);
@@ -567,8 +567,9 @@ fn test_a_cut_healed_at_once_leaves_the_epoch_where_it_was() {
             assert_eq!(
                 s["map"]["epoch"].as_u64(),
                 Some(epoch),
-                "a cut healed at once cost an epoch: {}",
-                s["epoch_history"]
+                "a cut healed at once cost an epoch: {}\ngateway's log:\n{}",
+                s["epoch_history"],
+                net.log_tail(gw, 40)
             );
             assert!(
                 peer_metric(&net, gw, "drove_gateway_spared_total", peer) >= 1,

@@ -60,8 +60,9 @@ pub struct Gateway {
     this: std::sync::Weak<Gateway>,
     /// Where objects are placed on the current map.
     placed: crate::placecache::PlaceCache,
-    /// Replicas that went silent and answered a ping, and when ([`FORGIVE_FOR`]).
-    forgiven: parking_lot::Mutex<std::collections::HashMap<NodeId, std::time::Instant>>,
+    /// Replicas that went silent and answered a ping, and when ([`FORGIVE_FOR`];
+    /// tokio's clock, which the simulator drives).
+    forgiven: parking_lot::Mutex<std::collections::HashMap<NodeId, tokio::time::Instant>>,
 }
 
 /// How a gateway tells the cluster that replicas failed a write it is about to
@@ -227,15 +228,17 @@ impl Gateway {
                     | ErrorKind::NoSpace
             )
         });
+        // Before failing the request or marking anything down: a replica that went
+        // silent may answer again (also when too few copies applied it to go on).
+        if fatal.is_none() && self.answer_again(&failed).await {
+            return Ok(Settled::Again);
+        }
         let enough = applied >= usize::from(vdi.min_copies());
         let m = self.membership.get().filter(|_| enough && fatal.is_none());
         let Some(m) = m else {
             let i = fatal.unwrap_or(0);
             return Err(failed.swap_remove(i).1);
         };
-        if self.answer_again(&failed).await {
-            return Ok(Settled::Again);
-        }
         let nodes: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();
         let silent = nodes
             .iter()
@@ -315,10 +318,12 @@ impl Gateway {
                 Ok(()) => {
                     tracing::info!(node = %n, "a replica that went silent answers again: the request goes again, nothing is marked down");
                     self.metrics.gateway_spared(&n.to_string());
-                    self.forgiven.lock().insert(n, std::time::Instant::now());
+                    self.forgiven.lock().insert(n, tokio::time::Instant::now());
                     again = true;
                 }
-                Err(e) => tracing::debug!(node = %n, "the silent replica is still silent: {e}"),
+                Err(e) => {
+                    tracing::info!(node = %n, "a replica that went silent does not answer a ping: {e}")
+                }
             }
         }
         again

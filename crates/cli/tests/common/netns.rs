@@ -281,6 +281,32 @@ impl NetCluster {
         ip_ok(&["-n", &self.switch, "link", "set", &format!("h{i}"), "up"]);
     }
 
+    /// Cut node `i` off without its link going down: its bridge port stops
+    /// forwarding. [`NetCluster::cut`] takes the carrier away, and the kernel may
+    /// take up to a second after [`NetCluster::heal`] to send on the link again
+    /// (link events are batched); a switch that stops forwarding changes no carrier.
+    pub fn block(&self, i: usize) {
+        self.port_state(i, "0");
+    }
+
+    /// Let node `i`'s bridge port forward again after [`NetCluster::block`].
+    pub fn unblock(&self, i: usize) {
+        self.port_state(i, "3");
+    }
+
+    fn port_state(&self, i: usize, state: &str) {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.switch, "bridge", "link", "set"])
+            .args(["dev", &format!("h{i}"), "state", state])
+            .output()
+            .expect("bridge");
+        assert!(
+            o.status.success(),
+            "bridge link set h{i} state {state}: {}",
+            text(&o)
+        );
+    }
+
     /// SIGKILL node `i` and reap it.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.children[i].take() {
