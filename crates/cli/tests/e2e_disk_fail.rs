@@ -26,19 +26,6 @@ fn fio(uri: &str, verify_only: bool) -> Child {
     c.spawn().expect("fio")
 }
 
-/// fio's outcome: it must have succeeded with no error and read back what it wrote.
-fn fio_ok(load: Child, what: &str) -> Value {
-    let o = load.wait_with_output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let j: Value = out
-        .find('{')
-        .and_then(|i| serde_json::from_str(&out[i..]).ok())
-        .unwrap_or(Value::Null);
-    assert!(o.status.success(), "fio ({what}) failed: {}", text(&o));
-    assert_eq!(j["jobs"][0]["error"].as_i64(), Some(0), "fio ({what}): {j}");
-    j
-}
-
 fn node_state(c: &Cluster, id: u64) -> String {
     c.status()["map"]["nodes"][id.to_string()]["state"]
         .as_str()

@@ -15,22 +15,10 @@ pub fn date_stamp() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = drove_types::Utc::from_unix(secs);
     format!(
-        "{y:04}-{m:02}-{d:02}-{:02}{:02}",
-        rem / 3600,
-        (rem % 3600) / 60
+        "{:04}-{:02}-{:02}-{:02}{:02}",
+        t.year, t.month, t.day, t.hour, t.minute
     )
 }
 

@@ -12,6 +12,7 @@ mod map;
 pub mod private_fs;
 mod shown;
 mod size;
+mod utc;
 mod vdi;
 mod voters;
 
@@ -21,6 +22,7 @@ pub use log_target::CONNECTION_LOG;
 pub use map::{ClusterMap, NodeInfo, NodeState};
 pub use shown::{shown, Shown, SHOWN_CHARS};
 pub use size::{format_size, parse_size};
+pub use utc::Utc;
 pub use vdi::{
     is_kept, kept_name, kept_original, validate_client_names, validate_max_lag, validate_name,
     PastHome, ReplicationMode, VdiInfo, WritePolicy, DEFAULT_MAX_LAG_BYTES, DEFAULT_MAX_LAG_MS,

@@ -438,6 +438,19 @@ pub fn paced_fio(name: &str, uri: &str, qd: usize) -> Command {
     c
 }
 
+/// fio's outcome: it must have succeeded with no error and read back what it wrote.
+pub fn fio_ok(load: Child, what: &str) -> serde_json::Value {
+    let o = load.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let j: serde_json::Value = out
+        .find('{')
+        .and_then(|i| serde_json::from_str(&out[i..]).ok())
+        .unwrap_or_default();
+    assert!(o.status.success(), "fio ({what}) failed: {}", text(&o));
+    assert_eq!(j["jobs"][0]["error"].as_i64(), Some(0), "fio ({what}): {j}");
+    j
+}
+
 /// Run qemu-io with `cmds` on `uri`; panics on a failed command or a pattern mismatch.
 pub fn qemu_io(uri: &str, cmds: &[String]) -> String {
     try_qemu_io(uri, cmds).unwrap_or_else(|e| panic!("{e}"))
