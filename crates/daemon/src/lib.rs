@@ -35,4 +35,8 @@ mod watch;
 
 pub use config::NodeConfig;
 pub use drove_nbd::TlsMode;
+/// The daemon's lock service, mark-downs and post-crash settle, over any
+/// [`drove_meta::MetaApi`]: the simulator runs them too.
+pub use locks::{MetaLocks, MetaMembership};
 pub use node::run;
+pub use settle::Settler;

@@ -1,11 +1,11 @@
 //! VDI write locks through the cluster metadata: the volume layer's [`LockService`]
 //! implemented with Raft commands. The lease is stamped with this node's clock.
 use async_trait::async_trait;
-use drove_meta::{Command, Meta, Reply};
+use drove_meta::{Command, MetaApi, Reply};
 use drove_types::{Error, ErrorKind, Result, VdiInfo};
 use drove_volume::{Lease, LockService};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::settle::Settler;
 
@@ -13,13 +13,15 @@ use crate::settle::Settler;
 /// unsettled is handed out only once the replicas are made identical (see
 /// [`crate::settle`]).
 pub struct MetaLocks {
-    meta: Arc<Meta>,
+    meta: Arc<dyn MetaApi>,
     lease: Duration,
     settler: Arc<Settler>,
 }
 
 impl MetaLocks {
-    pub fn new(meta: Arc<Meta>, lease: Duration, settler: Arc<Settler>) -> Arc<Self> {
+    /// Locks of `lease` through `meta`; a grant after an unsettled holder waits for
+    /// `settler`'s repair.
+    pub fn new(meta: Arc<dyn MetaApi>, lease: Duration, settler: Arc<Settler>) -> Arc<Self> {
         Arc::new(MetaLocks {
             meta,
             lease,
@@ -38,12 +40,10 @@ pub(crate) fn majority_window(down_after_ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis(down_after_ms).max(drove_meta::QUORUM_FRESH)
 }
 
-/// This node's clock, milliseconds since the Unix epoch (lease stamps).
+/// This node's clock, milliseconds since the Unix epoch (lease stamps): the one
+/// wall clock of [`drove_types::clock`], which the simulator drives.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    drove_types::clock::unix_ms()
 }
 
 #[async_trait]
@@ -138,7 +138,7 @@ impl LockService for MetaLocks {
 
 /// The gateway's [`drove_replica::Membership`]: failed replicas are marked down
 /// through the metadata before a write is acknowledged without them.
-pub struct MetaMembership(pub Arc<Meta>);
+pub struct MetaMembership(pub Arc<dyn MetaApi>);
 
 impl drove_replica::Membership for MetaMembership {
     fn mark_down(

@@ -12,7 +12,7 @@
 //! node holding the lock with the repair skipped for good). If the repairing node
 //! dies, the record stays unsettled and the next holder repairs from the start:
 //! objects already identical are compared again and left alone.
-use drove_meta::{Command, Meta, VdiLock};
+use drove_meta::{Command, MetaApi, VdiLock};
 use drove_replica::{Membership, Recoverer};
 use drove_types::{Error, ErrorKind, NodeId, Result, VdiId, VdiInfo};
 use parking_lot::Mutex;
@@ -27,14 +27,16 @@ type Outcome = Option<std::result::Result<(), (ErrorKind, String)>>;
 
 /// Runs post-crash repairs, one per VDI and generation at a time.
 pub struct Settler {
-    meta: Arc<Meta>,
+    meta: Arc<dyn MetaApi>,
     lease: Duration,
     recoverer: OnceLock<Arc<Recoverer>>,
     running: Mutex<HashMap<(VdiId, u64), watch::Receiver<Outcome>>>,
 }
 
 impl Settler {
-    pub fn new(meta: Arc<Meta>, lease: Duration) -> Arc<Self> {
+    /// A settler committing through `meta`, renewing leases of `lease` while it
+    /// repairs.
+    pub fn new(meta: Arc<dyn MetaApi>, lease: Duration) -> Arc<Self> {
         Arc::new(Settler {
             meta,
             lease,
@@ -115,7 +117,7 @@ impl Settler {
         // the VDI and write while replicas are being replaced.
         tokio::select! {
             res = self.check_and_repair(r, &info) => res?,
-            lost = renew_while_repairing(&self.meta, &info.name, self.lease) => return Err(lost),
+            lost = renew_while_repairing(&*self.meta, &info.name, self.lease) => return Err(lost),
         }
         self.meta
             .execute(Command::MarkSettled {
@@ -165,7 +167,7 @@ impl Settler {
 
 /// Renew this node's lease on `vdi` every third of it; returns (the error to stop
 /// the repair with) once the lease may have run out without a renewal.
-async fn renew_while_repairing(meta: &Meta, vdi: &str, lease: Duration) -> Error {
+async fn renew_while_repairing(meta: &dyn MetaApi, vdi: &str, lease: Duration) -> Error {
     let mut valid_until = tokio::time::Instant::now() + lease;
     loop {
         tokio::time::sleep(lease / 3).await;

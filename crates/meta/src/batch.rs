@@ -12,9 +12,10 @@ use crate::remote::{Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Raft, Request, RequestId};
 use drove_metrics::Metrics;
+use drove_types::clock::Instant;
 use openraft::error::{ClientWriteError, RaftError};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Most commands in one entry (the state machine refuses longer batches), the lease

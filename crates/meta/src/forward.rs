@@ -17,8 +17,9 @@
 use crate::batch::{MetricsCell, MAX_BATCH};
 use crate::remote::{call, Client, NoAnswer, Wire, Written};
 use crate::types::Request;
+use drove_types::clock::Instant;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// Requests on their way to one leader at a time.

@@ -33,12 +33,13 @@ use crate::meta::Meta;
 use crate::state::Command;
 use axum::extract::State;
 use axum::Json;
+use drove_types::clock::Instant;
 use drove_types::{ClusterMap, Epoch, NodeId, NodeState};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often a node sends a heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(1000);

@@ -28,12 +28,13 @@ use crate::state::{no_vdi, Command, MetaState, VdiLock, MAX_CLOCK_SKEW_MS, MAX_L
 use crate::types::Request;
 use axum::extract::State;
 use axum::Json;
+use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind, NodeId, Result, VdiId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a confirmed renewal may wait for a command to carry it into the table.
 pub(crate) const FLUSH_AFTER: Duration = Duration::from_secs(2);

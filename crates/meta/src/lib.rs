@@ -12,6 +12,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod api;
 mod batch;
 mod client_req;
 mod db;
@@ -37,6 +38,7 @@ mod vote_keeper;
 mod voters;
 mod write;
 
+pub use api::{MetaApi, MetaFuture};
 pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};
 pub use health::{Heartbeat, QUORUM_FRESH};
 pub use lease::Renew;

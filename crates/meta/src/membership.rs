@@ -6,11 +6,12 @@
 //! a learner. Runs under one lock so concurrent changes see each other.
 use crate::meta::Meta;
 use crate::remote::{post, retry, JoinRequest, Role, Wire};
+use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long the leader waits for a new learner to catch up before promoting it.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(8);

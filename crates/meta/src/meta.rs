@@ -10,13 +10,14 @@ use crate::state::MetaState;
 use crate::state_machine::StateMachine;
 use crate::types::{Raft, RequestId};
 use crate::{MetaConfig, MetaStatus};
+use drove_types::clock::Instant;
 use drove_types::{ClusterId, Error, NodeId, Result};
 use parking_lot::Mutex;
 use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -58,20 +59,15 @@ pub struct Meta {
     pub(crate) leases: Arc<crate::lease::Leases>,
 }
 
-/// Seconds since the Unix epoch (0 if the clock is before 1970).
+/// Seconds since the Unix epoch on this node's wall clock (the simulator's on its
+/// thread: [`drove_types::clock`]).
 pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    drove_types::clock::unix_secs()
 }
 
 /// This node's clock, milliseconds since the Unix epoch (0 if before 1970).
 pub(crate) fn unix_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    drove_types::clock::unix_ms()
 }
 
 /// A random id for this process's requests (std's hasher keys are random).

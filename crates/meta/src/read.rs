@@ -9,9 +9,10 @@ use crate::meta::{Meta, ToLeader};
 use crate::remote::{post, retry, Attempt, Wire};
 use axum::extract::State;
 use axum::Json;
+use drove_types::clock::Instant;
 use drove_types::{Error, Result};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long the leader is given to confirm its leadership for one read.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);

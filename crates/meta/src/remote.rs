@@ -3,13 +3,14 @@
 //! served only by the leader; any other node answers [`Wire::NotLeader`] with the
 //! leader's address when it knows it, and the caller retries there.
 use crate::state::ApplyResult;
+use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The body of every `/meta/*` answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,12 +8,13 @@ use crate::meta::{unix_now, Meta};
 use crate::remote::{cause, post, retry, retry_with, Attempt, JoinRequest, Role, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Request, RequestId};
+use drove_types::clock::Instant;
 use drove_types::{Error, NodeId, NodeInfo, Result};
 use openraft::error::{InitializeError, RaftError};
 use openraft::BasicNode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where the background startup stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

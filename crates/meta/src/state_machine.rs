@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::Cursor;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 /// How many recent request results are kept for deduplication.
@@ -163,10 +162,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             .data
             .clone()
             .map_err(|e| StorageIOError::read_state_machine(&std::io::Error::other(e)))?;
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
+        let millis = drove_types::clock::unix_ms();
         let snapshot_id = match self.last_applied {
             Some(l) => format!("{}-{}-{millis}", l.leader_id, l.index),
             None => format!("--{millis}"),

@@ -13,10 +13,11 @@ use crate::meta::{unix_now, Meta, ToLeader};
 use crate::remote::{retry_waking, Attempt, Wire, Written};
 use crate::state::{Command, Reply};
 use crate::types::Request;
+use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long `execute` keeps trying to find a leader.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,16 +10,17 @@
 //! state at once; a node that does not keeps its old one until it does. The
 //! majority is assumed to stay on the side with more zones: a fault run never cuts
 //! off more than one zone at a time.
-use drove_meta::{Command, MetaState, Reply};
+use drove_daemon::{MetaLocks, MetaMembership, Settler};
+use drove_meta::{Command, MetaState, Renew, Reply};
 use drove_metrics::Metrics;
 use drove_objstore::{MemStore, ObjectStore};
 use drove_replica::catchup::CatchUp;
-use drove_replica::{Catalog, Gateway, LocalStore, MapCell, Membership, Recoverer, View};
+use drove_replica::{Catalog, Gateway, LocalStore, MapCell, Recoverer, View};
 use drove_types::{
     ClusterMap, Error, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode, Result, VdiId,
     VdiInfo, WritePolicy,
 };
-use futures::future::BoxFuture;
+use drove_volume::LockService;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -27,12 +28,17 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::meta::SimMeta;
 use crate::model::Model;
 use crate::net::{SimNet, SimTransport};
 
 /// The simulated wall clock starts here (seconds since the Unix epoch), so that a
 /// seed gives the same metadata times every run.
 const EPOCH_START_S: u64 = 1_800_000_000;
+
+/// The lease of the locks a node's VMs take (`drove node run --lock-lease` is 15 s
+/// by default; the fault runs' VMs have always taken 8 s).
+pub const LOCK_LEASE: Duration = Duration::from_secs(8);
 
 /// The disks of a simulated cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +71,13 @@ pub struct SimNode {
     pub recoverer: Arc<Recoverer>,
     /// Its way to its peers.
     pub transport: Arc<SimTransport>,
+    /// Its run's client of the metadata.
+    pub meta: Arc<SimMeta>,
+    /// Its lock service: the daemon's, through [`SimMeta`] (a grant after an
+    /// unsettled holder waits for the daemon's [`Settler`]).
+    pub locks: Arc<MetaLocks>,
+    /// Its post-crash settle: the daemon's.
+    pub settler: Arc<Settler>,
     map: Arc<MapCell>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -95,6 +108,7 @@ pub struct SimCluster {
 impl Drop for SimCluster {
     fn drop(&mut self) {
         self.net.detach_all();
+        drove_types::clock::real_wall();
     }
 }
 
@@ -103,6 +117,8 @@ impl SimCluster {
     /// on `disks`. Must run on the simulator's runtime.
     pub fn new(model: Model, object_size: u32, disks: Disks) -> Arc<SimCluster> {
         let net = SimNet::new(model.clone());
+        // Lease stamps and the metadata's clock read the simulated wall clock.
+        drove_types::clock::simulate_wall(EPOCH_START_S * 1000);
         let c = Arc::new_cyclic(|this| SimCluster {
             net,
             object_size,
@@ -194,12 +210,18 @@ impl SimCluster {
             map.clone(),
             Metrics::new(),
         );
-        gateway.set_membership(Arc::new(SimMembership {
-            cluster: self.this.clone(),
-            me: id,
-        }));
+        let meta = SimMeta::new(
+            self.this.clone(),
+            id,
+            transport.incarnation(),
+            Arc::new(self.meta.lock().clone()),
+        );
+        gateway.set_membership(Arc::new(MetaMembership(meta.clone())));
         let recoverer = Recoverer::new(id, local.clone(), transport.clone());
         let tasks = vec![tokio::spawn(recoverer.clone().run())];
+        let settler = Settler::new(meta.clone(), LOCK_LEASE);
+        settler.set_recoverer(recoverer.clone());
+        let locks = MetaLocks::new(meta.clone(), LOCK_LEASE, settler.clone());
         let node = Arc::new(SimNode {
             id,
             zone,
@@ -209,6 +231,9 @@ impl SimCluster {
             gateway,
             recoverer,
             transport,
+            meta,
+            locks,
+            settler,
             map,
             tasks,
         });
@@ -271,6 +296,50 @@ impl SimCluster {
     /// `cmd` sent by node `from`: it takes a commit round trip, and fails after the
     /// model's give-up time when `from` does not reach the metadata.
     pub async fn command_from(&self, from: NodeId, cmd: Command) -> Result<Reply> {
+        self.commit_from(from, || self.apply(&cmd)).await
+    }
+
+    /// A lease renewal from node `from`, as the leader takes it: refused (`Locked`)
+    /// unless the lock is still held by that run with that generation when it
+    /// commits, then the lease is extended.
+    pub async fn renew_from(&self, from: NodeId, r: Renew) -> Result<Reply> {
+        self.commit_from(from, || {
+            let held = {
+                let st = self.meta.lock();
+                st.vdis
+                    .get(&r.vdi)
+                    .and_then(|v| st.locks.get(&v.id))
+                    .is_some_and(|l| {
+                        l.owner == r.node
+                            && l.incarnation == r.incarnation
+                            && l.generation == r.generation
+                            && l.handover_to.is_none()
+                    })
+            };
+            if !held {
+                return Err(Error::new(
+                    ErrorKind::Locked,
+                    format!("VDI '{}' lost its write lock on node {}", r.vdi, r.node),
+                ));
+            }
+            self.apply(&Command::AcquireLock {
+                vdi: r.vdi.clone(),
+                node: r.node,
+                now_ms: r.now_ms,
+                lease_ms: r.lease_ms,
+                incarnation: r.incarnation,
+            })
+        })
+        .await
+    }
+
+    /// What `from` sends commits after a round trip (`commit`), or fails after the
+    /// give-up time when `from` does not reach the metadata.
+    async fn commit_from(
+        &self,
+        from: NodeId,
+        commit: impl FnOnce() -> Result<Reply>,
+    ) -> Result<Reply> {
         let model = self.model().clone();
         if !self.reaches_meta(from) {
             tokio::time::sleep(model.give_up).await;
@@ -285,13 +354,13 @@ impl SimCluster {
                 "Node {from} lost the metadata before the answer"
             )));
         }
-        self.apply(&cmd)
+        commit()
     }
 
     /// Show the current metadata to every node that reaches it: its map, the
     /// catalog its replica side judges requests by, and recovery's view.
     pub fn publish(&self) {
-        let st = self.meta.lock().clone();
+        let st = Arc::new(self.meta.lock().clone());
         let map = Arc::new(st.map.clone());
         let vdis: Arc<BTreeMap<VdiId, VdiInfo>> =
             Arc::new(st.vdis.values().map(|v| (v.id, v.clone())).collect());
@@ -326,6 +395,7 @@ impl SimCluster {
                 continue;
             }
             n.map.set(map.clone());
+            n.meta.set_view(st.clone());
             n.local.catalog().publish(catalog.clone());
             n.recoverer.update(view.clone(), st.settings.recovery_mib_s);
         }
@@ -425,45 +495,18 @@ impl SimCluster {
         }
     }
 
-    /// Node `node` takes VDI `name`'s write lock for `lease`; the lock's generation.
+    /// Node `node` takes VDI `name`'s write lock for `lease` through the daemon's
+    /// lock service (which settles an earlier holder's writes first); the lock's
+    /// generation.
     pub async fn acquire(&self, name: &str, node: NodeId, lease: Duration) -> Result<u64> {
-        let incarnation = self
-            .node(node)
-            .map(|n| n.transport.incarnation())
-            .unwrap_or(0);
-        let cmd = Command::AcquireLock {
-            vdi: name.to_string(),
-            node,
-            now_ms: self.now_ms(),
-            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
-            incarnation,
-        };
-        match self.command_from(node, cmd).await? {
-            Reply::Lock(l) => Ok(l.generation),
-            other => Err(Error::invalid(format!("AcquireLock answered {other:?}"))),
-        }
-    }
-
-    /// Make VDI `name`'s replicas identical from node `via` (what a new writer does
-    /// when an earlier one stopped without settling), then record it settled.
-    pub async fn settle(&self, name: &str, via: NodeId, generation: u64) -> Result<()> {
         let vdi = self
             .vdi(name)
             .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("No VDI {name}")))?;
-        let node = self
-            .node(via)
-            .ok_or_else(|| Error::unavailable(format!("No node {via}")))?;
-        node.recoverer.check(&vdi, true).await?;
-        self.command_from(
-            via,
-            Command::MarkSettled {
-                vdi: vdi.id,
-                node: via,
-                generation,
-            },
-        )
-        .await?;
-        Ok(())
+        let n = self
+            .node(node)
+            .ok_or_else(|| Error::unavailable(format!("No node {node}")))?;
+        let locks = MetaLocks::new(n.meta.clone(), lease, n.settler.clone());
+        Ok(locks.acquire(&vdi).await?.generation)
     }
 
     /// `count` VMs spread over the zones (VM i in zone i mod zones, on that zone's
@@ -552,42 +595,6 @@ pub struct Vm {
     pub node: NodeId,
     /// The lock generation it writes under.
     pub generation: u64,
-}
-
-/// A gateway's way to mark failed replicas down: a command through the metadata.
-struct SimMembership {
-    cluster: Weak<SimCluster>,
-    me: NodeId,
-}
-
-impl Membership for SimMembership {
-    fn mark_down(
-        &self,
-        nodes: Vec<NodeId>,
-        why: String,
-        _silent: bool,
-    ) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            let c = self
-                .cluster
-                .upgrade()
-                .ok_or_else(|| Error::unavailable("The simulation ended"))?;
-            let reason: String = why.chars().take(512).collect();
-            for id in nodes {
-                c.command_from(
-                    self.me,
-                    Command::SetNodeState {
-                        id,
-                        state: NodeState::Down,
-                        reason: reason.clone(),
-                        hold_ms: 0,
-                    },
-                )
-                .await?;
-            }
-            Ok(())
-        })
-    }
 }
 
 /// Copy every object of `from` (bytes and version) into `to`. Blocks that fail

@@ -25,6 +25,7 @@
 use bytes::Bytes;
 use drove_replica::local::DigestBy;
 use drove_types::{NodeId, ObjectId, VdiInfo, WritePolicy};
+use drove_volume::Volume;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -112,13 +113,11 @@ const BLOCK: usize = 4096;
 const OBJECT_SIZE: u32 = 256 << 10;
 /// Blocks each VDI writes (spread over its objects).
 const BLOCKS: u64 = 96;
-const LEASE: Duration = Duration::from_secs(8);
-const RENEW: Duration = Duration::from_secs(2);
+/// The VMs' lock lease (their nodes' lock service's).
+const LEASE: Duration = crate::cluster::LOCK_LEASE;
 /// A client operation that has not ended by then counts as failed (its outcome is
 /// unknown: the block may or may not hold it).
 const OP_TIMEOUT: Duration = Duration::from_secs(30);
-/// A client's settle that has not ended by then failed (its node crashed under it).
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAGIC: u64 = 0x4452_4f56_4553_494d; // "DROVESIM"
 
 /// One run's result.
@@ -523,21 +522,12 @@ async fn heal(
             .find(|&id| id != cl.node && c.model().zone_of(id.0) == zone)
             .or_else(|| ids.iter().copied().find(|&id| id != cl.node))
             .unwrap_or(cl.node);
-        match c.acquire(&cl.name, other, LEASE).await {
-            Ok(g) => {
-                if !settled_before(c, &cl.name, g) {
-                    if let Err(e) = c.settle(&cl.name, other, g).await {
-                        violations.push(format!(
-                            "VDI {}: node {other} could not settle the replicas: {e}",
-                            cl.name
-                        ));
-                    }
-                }
-            }
-            Err(e) => violations.push(format!(
-                "VDI {}: node {other} cannot take the lock after its writer stopped: {e}",
+        // The daemon's lock service settles the replicas before it grants.
+        if let Err(e) = c.acquire(&cl.name, other, LEASE).await {
+            violations.push(format!(
+                "VDI {}: node {other} cannot take the lock and settle after its writer stopped: {e}",
                 cl.name
-            )),
+            ));
         }
     }
     scrub_all(c, violations, &mut scrubbed, "after the settle", true).await;
@@ -612,80 +602,59 @@ fn decode(vdi: u32, block: u64, data: &[u8]) -> Result<u64, String> {
     Ok(seq)
 }
 
+/// Where block `block` lies in its VDI: blocks spread over the VDI, four blocks
+/// apart.
+fn block_offset(block: u64) -> u64 {
+    block * 4 * BLOCK as u64
+}
+
 /// Where block `block` of `vdi` lies: its object and the offset in it.
 fn place(vdi: &VdiInfo, block: u64) -> (ObjectId, u64) {
-    // Blocks spread over the VDI, four blocks apart.
-    let off = block * 4 * BLOCK as u64;
+    let off = block_offset(block);
     let os = u64::from(vdi.object_size);
     (ObjectId::new(vdi.id, (off / os) as u32), off % os)
 }
 
-/// A VM: writes (and some reads) while its node runs and it holds the lock.
+/// A VM: writes (and some reads) through drove's own [`Volume`] on its node, which
+/// takes, renews and gives up the VDI's lock with the daemon's lock service (and
+/// settles an earlier writer's replicas first), while its node runs.
 async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant) {
-    let mut generation: Option<u64> = None;
-    let mut lease_until = Instant::now();
-    let mut renewed = Instant::now();
-    let mut incarnation = 0;
+    // The volume of the node's current run.
+    let mut vol: Option<(u64, Arc<Volume>)> = None;
     let mut seq = 0u64;
     while Instant::now() < end {
         let Some(node) = c.node(cl.node).filter(|n| n.transport.alive()) else {
             // Its host is down: so is the VM.
-            generation = None;
+            vol = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        if node.transport.incarnation() != incarnation {
-            incarnation = node.transport.incarnation();
-            generation = None;
-        }
-        let now = Instant::now();
-        if generation.is_none() || now >= renewed + RENEW {
-            match c.acquire(&cl.name, cl.node, LEASE).await {
-                Ok(g) => {
-                    if generation != Some(g) && !settled_before(&c, &cl.name, g) {
-                        // A settle through a node that crashes meanwhile never ends
-                        // (a crashed process does nothing more): the VM gives up on
-                        // it, as on a write. Without the limit the run waited for
-                        // this client forever (`drove sim faults --seed 3397 --time
-                        // 40s`: vm1's settle at 32.1 s, its node lost with its zone).
-                        let settled =
-                            tokio::time::timeout(SETTLE_TIMEOUT, c.settle(&cl.name, cl.node, g))
-                                .await
-                                .unwrap_or_else(|_| {
-                                    Err(drove_types::Error::unavailable(format!(
-                                        "the settle did not end within {SETTLE_TIMEOUT:?}"
-                                    )))
-                                });
-                        if let Err(e) = settled {
-                            tracing::debug!(vdi = %cl.name, "settle: {e}");
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            continue;
-                        }
-                    }
-                    generation = Some(g);
-                    lease_until = now + LEASE;
-                    renewed = now;
-                }
-                Err(_) => {
-                    if Instant::now() >= lease_until {
-                        generation = None;
-                    }
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            }
-        }
-        let Some(g) = generation.filter(|_| Instant::now() < lease_until) else {
-            generation = None;
             continue;
         };
         let Some(vdi) = c.vdi(&cl.name) else {
             return;
         };
+        let run = node.transport.incarnation();
+        let v = match &vol {
+            Some((r, v)) if *r == run => v.clone(),
+            _ => {
+                // The VM (re)attaches to its node's new run.
+                let v = Volume::new(
+                    vdi.clone(),
+                    Vec::new(),
+                    node.gateway.clone(),
+                    node.locks.clone(),
+                );
+                v.attach();
+                vol = Some((run, v.clone()));
+                v
+            }
+        };
+        if v.info() != vdi {
+            v.set_info(vdi.clone(), Vec::new());
+        }
         // A VM thinks between its I/Os.
         tokio::time::sleep(Duration::from_millis(1 + rng.below(10))).await;
         let block = rng.below(BLOCKS);
-        let (oid, off) = place(&vdi, block);
+        let offset = block_offset(block);
         if rng.chance(0.8) {
             seq += 1;
             let data = block_data(vdi.id.0, block, seq);
@@ -698,16 +667,17 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
                 });
                 recs.len() - 1
             };
-            let w = node.gateway.write(&vdi, oid, off, data, false, g);
-            let res = tokio::time::timeout(OP_TIMEOUT, w).await;
-            let ok = matches!(res, Ok(Ok(())));
-            record_write(&c, &cl, (block, i, g), ok, vdi.id);
-            if !ok {
+            let res = tokio::time::timeout(OP_TIMEOUT, v.write_fenced(offset, data, false)).await;
+            let acked = match res {
+                Ok(Ok(g)) => Some(g),
+                _ => None,
+            };
+            record_write(&c, &cl, (block, i), acked, vdi.id);
+            if acked.is_none() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         } else {
-            let r = node.gateway.read(&vdi, oid, off, BLOCK as u32);
-            let res = tokio::time::timeout(OP_TIMEOUT, r).await;
+            let res = tokio::time::timeout(OP_TIMEOUT, v.read(offset, BLOCK as u32)).await;
             if !matches!(res, Ok(Ok(_))) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -737,16 +707,16 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
 fn record_write(
     c: &SimCluster,
     cl: &Client,
-    at: (u64, usize, u64),
-    ok: bool,
+    at: (u64, usize),
+    acked: Option<u64>,
     vdi: drove_types::VdiId,
 ) {
-    let (block, i, g) = at;
+    let (block, i) = at;
     let mut b = cl.book.lock();
-    if !ok {
+    let Some(g) = acked else {
         b.failed += 1;
         return;
-    }
+    };
     b.acked += 1;
     if let Some(r) = b.blocks.get_mut(&block).and_then(|v| v.get_mut(i)) {
         r.acked_at = Some(Instant::now());
@@ -759,15 +729,6 @@ fn record_write(
             cl.name, cl.node
         ));
     }
-}
-
-/// Whether every generation before `g` of VDI `name` was settled.
-fn settled_before(c: &SimCluster, name: &str, g: u64) -> bool {
-    let st = c.state();
-    let Some(v) = st.vdis.get(name) else {
-        return true;
-    };
-    st.settled.get(&v.id).copied().unwrap_or(0) + 1 >= g
 }
 
 /// Why a read during the run of write `got` is wrong, if it is: not a write of the

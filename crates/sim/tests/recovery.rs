@@ -254,8 +254,15 @@ fn test_flipped_home_copies_are_mended_from_each_other_not_replaced_by_the_far_c
             assert!(Instant::now() < limit, "node {far} never caught up: {p:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // What a settle does: compare the copies and make them identical.
-        c.settle("v", home[0], g).await.unwrap();
+        // What a settle does (the daemon's Settler): compare the copies and make
+        // them identical.
+        let vdi = c.vdi("v").unwrap();
+        c.node(home[0])
+            .unwrap()
+            .recoverer
+            .check(&vdi, true)
+            .await
+            .unwrap();
         for &n in &placed {
             let got = c.node(n).unwrap().store.read(oid, 0, len);
             assert!(

@@ -47,7 +47,13 @@ fn test_settling_keeps_the_copy_with_the_latest_writes_when_none_is_known_curren
         for &n in &placed {
             c.node(n).unwrap().local.catchup().mark_pending(oid);
         }
-        c.settle("v", NodeId(1), g).await.unwrap();
+        // What the daemon's Settler does: compare the copies, make them identical.
+        c.node(NodeId(1))
+            .unwrap()
+            .recoverer
+            .check(&vdi, true)
+            .await
+            .unwrap();
         for &n in &placed {
             let node = c.node(n).unwrap();
             let got = node.store.read(oid, 0, 4096).unwrap();

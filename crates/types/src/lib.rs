@@ -4,6 +4,7 @@
 //! [`ErrorKind`] each frontend maps to its own error codes.
 #![deny(missing_docs)]
 
+pub mod clock;
 mod error;
 mod ids;
 pub mod local_cluster;

@@ -11,9 +11,10 @@
 //! the writes in flight, flushes, and releases; it then refuses writes until every
 //! client detaches (so it cannot take the lock back from under the new holder).
 use async_trait::async_trait;
+use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind, Result, VdiId, VdiInfo};
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{RwLock, RwLockReadGuard};
 
 /// A granted lease.
@@ -86,7 +87,7 @@ async fn patiently<T>(
     tokio::pin!(fut);
     let mut until = started + ACQUIRE_PATIENCE;
     loop {
-        match tokio::time::timeout_at(until.into(), &mut fut).await {
+        match tokio::time::timeout_at(until, &mut fut).await {
             Ok(v) => return Some(v),
             Err(_) if out_of_patience(started, svc) => return None,
             Err(_) => until = Instant::now() + Duration::from_millis(500),

@@ -190,7 +190,7 @@ impl Volume {
     /// logged when they begin and when a renewal succeeds again.
     async fn keep_renewing(weak: std::sync::Weak<Volume>, svc: Arc<dyn LockService>) {
         let failed = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let mut last_try: Option<std::time::Instant> = None;
+        let mut last_try: Option<drove_types::clock::Instant> = None;
         loop {
             let Some(v) = weak.upgrade() else { return };
             let (tick, limit, lease) = (
@@ -201,7 +201,7 @@ impl Volume {
             match v.lock.renewal_due() {
                 None => return,
                 Some(true) if last_try.is_none_or(|t| t.elapsed() >= limit) => {
-                    last_try = Some(std::time::Instant::now());
+                    last_try = Some(drove_types::clock::Instant::now());
                     let (v, svc, failed) = (v.clone(), svc.clone(), failed.clone());
                     tokio::spawn(async move {
                         let info = v.info();
@@ -513,7 +513,7 @@ impl Volume {
             };
             tokio::select! {
                 res = &mut fut => return res,
-                _ = tokio::time::sleep_until(deadline.into()) => {
+                _ = tokio::time::sleep_until(deadline) => {
                     if self.lock.write_deadline().is_some_and(|d| d > deadline) {
                         continue;
                     }
@@ -528,6 +528,17 @@ impl Volume {
 
     /// Write `data` at `offset` on every replica; with `fua`, durably.
     pub async fn write(self: &Arc<Self>, offset: u64, data: Bytes, fua: bool) -> Result<()> {
+        self.write_fenced(offset, data, fua).await.map(|_| ())
+    }
+
+    /// [`Volume::write`], answering the lock generation the write carried (the
+    /// simulator checks it against the metadata's lock holder at that moment).
+    pub async fn write_fenced(
+        self: &Arc<Self>,
+        offset: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<u64> {
         let info = self.info();
         self.not_gone(&info)?;
         Self::read_only(&info)?;
@@ -543,6 +554,7 @@ impl Volume {
             })))
             .await;
         self.written(&info, &ex, fua, res.map(|_| ()))
+            .map(|()| generation)
     }
 
     /// Make `[offset, offset+len)` read as zeros (also used for TRIM).
