@@ -24,6 +24,7 @@ mod health_voters;
 pub mod http_listen;
 mod lineage;
 mod locks;
+mod membership;
 mod nbd_socket;
 mod node;
 mod ops_metrics;
@@ -37,6 +38,7 @@ pub use config::NodeConfig;
 pub use drove_nbd::TlsMode;
 /// The daemon's lock service, mark-downs and post-crash settle, over any
 /// [`drove_meta::MetaApi`]: the simulator runs them too.
-pub use locks::{MetaLocks, MetaMembership};
+pub use locks::MetaLocks;
+pub use membership::MetaMembership;
 pub use node::run;
 pub use settle::Settler;

@@ -140,7 +140,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         map.clone(),
         metrics.clone(),
     );
-    gateway.set_membership(Arc::new(crate::locks::MetaMembership(meta.clone())));
+    gateway.set_membership(Arc::new(crate::membership::MetaMembership(meta.clone())));
     let recoverer = Recoverer::new(me, local.clone(), pool.clone());
     let settler = crate::settle::Settler::new(meta.clone(), cfg.lock_lease);
     settler.set_recoverer(recoverer.clone());

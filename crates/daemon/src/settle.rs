@@ -21,7 +21,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 
-use crate::locks::{now_ms, MetaMembership};
+use crate::membership::MetaMembership;
+use drove_types::clock::unix_ms as now_ms;
 
 type Outcome = Option<std::result::Result<(), (ErrorKind, String)>>;
 

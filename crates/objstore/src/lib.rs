@@ -1,7 +1,7 @@
 //! drove-objstore: layer 6 of the data path, the object store of one node.
 //!
-//! A replica (`replica::peer`) hands every object read, write, zero and flush that
-//! lands on this node to an [`ObjectStore`]. [`FileStore`] keeps one sparse file per
+//! A node's replica side (drove-replica's `LocalStore`) hands every object read,
+//! write, zero and flush that lands on this node to an [`ObjectStore`]. [`FileStore`] keeps one sparse file per
 //! object under the node's data directory with a crc32c per 4 KiB block that is
 //! verified on every read; [`MemStore`] is an in-memory stand-in with the same
 //! semantics for the tests of other crates. [`GuardedStore`] wraps a node's store
@@ -24,7 +24,11 @@
 //! such blocks from another copy. The same holds for un-flushed writes in general: the
 //! kernel may write back the data and checksum pages in any order.
 //!
-//! The API is synchronous: async callers run it in `tokio::task::spawn_blocking`.
+//! The API is synchronous: async callers run it on tokio's blocking pool
+//! (drove-replica's `local::blocking`), except writes of up to 64 KiB without FUA
+//! (they land in the page cache) and every call to a store that
+//! [never blocks](ObjectStore::never_blocks) (one in memory), which run on the
+//! calling task.
 #![deny(missing_docs)]
 
 mod cache;

@@ -86,9 +86,13 @@ pub struct Frame<H> {
     pub payload: Bytes,
 }
 
-/// A frame's wire bytes in two parts, sent one after the other: everything up to the
-/// payload, and the payload itself, which is never copied (a 4 MiB object copied
-/// into the frame buffer was a tenth of a node's CPU time during recovery).
+/// A frame's wire bytes in two parts: everything up to the payload, and the payload
+/// itself, shared with the frame rather than copied into an encode buffer (a 4 MiB
+/// object copied into the frame buffer was a tenth of a node's CPU time during
+/// recovery). The peer connection's writer (drove-replica's `writer.rs`) still
+/// copies small frames, payload included, into one batch per syscall, and TLS copies
+/// every byte into its records; only a payload as large as a batch goes to the
+/// socket from where it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Encoded {
     /// Prefix, request id and header.

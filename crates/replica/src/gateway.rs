@@ -92,9 +92,11 @@ fn probe_within(rtt_high: Option<Duration>) -> Duration {
     (FLOOR + rtt_high.unwrap_or_default() * 4).min(MAX)
 }
 
-/// What became of a request some replicas failed ([`Gateway::degrade`]).
+/// The tally of a request some replicas failed ([`Gateway::degrade`]): what the
+/// gateway does with it. (A write's tally is not a repair: "settle" is the
+/// post-crash repair of a VDI's replicas, see docs/glossary.md.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settled {
+pub(crate) enum Tally {
     /// Every replica applied it: acknowledge.
     Done,
     /// A replica that went silent answers again: send the request again on the
@@ -201,15 +203,15 @@ impl Gateway {
     ///
     /// A replica that failed by going silent (a pause, a cut) is first pinged
     /// ([`Gateway::answer_again`]): when it answers now, nothing is marked down and
-    /// the request goes again on the same map ([`Settled::Again`]).
+    /// the request goes again on the same map ([`Tally::Again`]).
     async fn degrade(
         &self,
         vdi: &VdiInfo,
         applied: usize,
         mut failed: Vec<(NodeId, Error)>,
-    ) -> Result<Settled> {
+    ) -> Result<Tally> {
         if failed.is_empty() {
-            return Ok(Settled::Done);
+            return Ok(Tally::Done);
         }
         // Final for the write: the lock moved, the request is wrong, the VDI is
         // gone, or a replica's disk is full. A full disk is not a failed node:
@@ -231,7 +233,7 @@ impl Gateway {
         // Before failing the request or marking anything down: a replica that went
         // silent may answer again (also when too few copies applied it to go on).
         if fatal.is_none() && self.answer_again(&failed).await {
-            return Ok(Settled::Again);
+            return Ok(Tally::Again);
         }
         let enough = applied >= usize::from(vdi.min_copies());
         let m = self.membership.get().filter(|_| enough && fatal.is_none());
@@ -519,9 +521,9 @@ impl Gateway {
                 }
             } else {
                 let results = self.send_by_zone(&map, &replicas, &make, &payload).await;
-                match self.settle(vdi, &replicas, results).await {
-                    Ok(Settled::Again) => continue,
-                    Ok(Settled::Done) => self.still_on(&map),
+                match self.tally(vdi, &replicas, results).await {
+                    Ok(Tally::Again) => continue,
+                    Ok(Tally::Done) => self.still_on(&map),
                     Err(e) => Err(e),
                 }
             };
@@ -532,14 +534,14 @@ impl Gateway {
         }
     }
 
-    /// Judge the answers of `nodes` to one request: success, a retry on a newer
+    /// Tally the answers of `nodes` to one request: success, a retry on a newer
     /// map (`StaleEpoch`), or success without the failed ones when enough applied it.
-    async fn settle(
+    async fn tally(
         &self,
         vdi: &VdiInfo,
         nodes: &[NodeId],
         results: Vec<Result<(PeerResp, Bytes)>>,
-    ) -> Result<Settled> {
+    ) -> Result<Tally> {
         let mut applied = 0;
         let mut failed = Vec::new();
         for (&n, r) in nodes.iter().zip(results) {
@@ -576,8 +578,8 @@ impl Gateway {
         loop {
             let map = self.map.get();
             match self.flush_on(&map, vdi, oids, reach).await {
-                Ok(Settled::Done) => return Ok(()),
-                Ok(Settled::Again) => {}
+                Ok(Tally::Done) => return Ok(()),
+                Ok(Tally::Again) => {}
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => self.newer_map(map.epoch).await?,
                 Err(e) => return Err(e),
             }
@@ -590,7 +592,7 @@ impl Gateway {
         vdi: &VdiInfo,
         oids: &[ObjectId],
         reach: zoned::Reach,
-    ) -> Result<Settled> {
+    ) -> Result<Tally> {
         let mut by_node: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
         for &oid in oids {
             for node in reach.pick(map, vdi, self.replicas_on(map, vdi, oid)?) {
@@ -619,7 +621,7 @@ impl Gateway {
             }
         }
         if failed.is_empty() {
-            return Ok(Settled::Done);
+            return Ok(Tally::Done);
         }
         // Each object must have reached min_copies of its replicas.
         let bad: Vec<NodeId> = failed.iter().map(|(n, _)| *n).collect();

@@ -164,12 +164,12 @@ impl Gateway {
                 return Err(failed.swap_remove(i).1);
             }
             if far.is_empty() {
-                let settled = match self.degrade(vdi, near_ok, failed).await {
-                    Ok(Settled::Again) => continue,
-                    Ok(Settled::Done) => self.still_on(&map),
+                let tallied = match self.degrade(vdi, near_ok, failed).await {
+                    Ok(Tally::Again) => continue,
+                    Ok(Tally::Done) => self.still_on(&map),
                     Err(e) => Err(e),
                 };
-                match settled {
+                match tallied {
                     Err(e) if e.kind() == ErrorKind::StaleEpoch => {
                         self.newer_map(map.epoch).await?;
                         continue;
@@ -214,13 +214,13 @@ impl Gateway {
                 .unwrap_or_else(|_| Err(Error::unavailable("The zone-sync shipper stopped")));
             far_res?;
             // The far copies have it (or the failed ones were marked down with the
-            // near copies counted): settle the near failures with them counted too.
-            let settled = match self.degrade(vdi, near_ok + far.len(), failed).await {
-                Ok(Settled::Again) => continue,
-                Ok(Settled::Done) => self.still_on(&map),
+            // near copies counted): tally the near failures with them counted too.
+            let tallied = match self.degrade(vdi, near_ok + far.len(), failed).await {
+                Ok(Tally::Again) => continue,
+                Ok(Tally::Done) => self.still_on(&map),
                 Err(e) => Err(e),
             };
-            match settled {
+            match tallied {
                 Err(e) if e.kind() == ErrorKind::StaleEpoch => {
                     self.newer_map(map.epoch).await?;
                 }
@@ -307,8 +307,8 @@ impl Gateway {
                 self.newer_map(map.epoch).await
             } else {
                 match self.degrade(&e.vdi, applied, failed).await {
-                    Ok(Settled::Done) => return Ok(()),
-                    Ok(Settled::Again) => continue,
+                    Ok(Tally::Done) => return Ok(()),
+                    Ok(Tally::Again) => continue,
                     Err(err) => Err(err),
                 }
             };

@@ -1,0 +1,40 @@
+//! The gateway's way to mark failed replicas down: a command through the metadata,
+//! committed before a write is acknowledged without them.
+use drove_meta::{Command, MetaApi};
+use drove_types::Result;
+use std::sync::Arc;
+
+/// The gateway's [`drove_replica::Membership`]: failed replicas are marked down
+/// through the metadata before a write is acknowledged without them.
+pub struct MetaMembership(pub Arc<dyn MetaApi>);
+
+impl drove_replica::Membership for MetaMembership {
+    fn mark_down(
+        &self,
+        nodes: Vec<drove_types::NodeId>,
+        why: String,
+        silent: bool,
+    ) -> futures::future::BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let hold_ms = if silent {
+                self.0.state().settings.hold_down_ms
+            } else {
+                0
+            };
+            // The reason goes into the epoch history, bounded.
+            let reason: String = why.chars().take(512).collect();
+            for id in nodes {
+                tracing::warn!(node = %id, hold_ms, "marking node down {why}");
+                self.0
+                    .execute(Command::SetNodeState {
+                        id,
+                        state: drove_types::NodeState::Down,
+                        reason: reason.clone(),
+                        hold_ms,
+                    })
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+}
