@@ -28,9 +28,11 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::meta::SimMeta;
 use crate::model::Model;
+
+mod meta;
 use crate::net::{SimNet, SimTransport};
+pub use meta::SimMeta;
 
 /// The simulated wall clock starts here (seconds since the Unix epoch), so that a
 /// seed gives the same metadata times every run.

@@ -26,7 +26,6 @@
 pub mod cluster;
 pub mod dcloss;
 pub mod faults;
-pub mod meta;
 pub mod model;
 pub mod net;
 pub mod paper;

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cluster::SimCluster;
+use super::SimCluster;
 
 /// One run of a node's process, as the metadata's client.
 pub struct SimMeta {
