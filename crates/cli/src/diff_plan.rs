@@ -140,24 +140,9 @@ mod tests {
 
     fn vdi(id: u32, name: &str, parent: Option<u32>, snapshot: bool) -> VdiInfo {
         VdiInfo {
-            id: VdiId(id),
-            name: name.to_string(),
-            size: 64 << 20,
-            object_size: 4 << 20,
-            copies: 3,
-            mode: Default::default(),
-            created: 0,
-            min_copies: None,
             parent: parent.map(VdiId),
             snapshot,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
+            ..VdiInfo::new(VdiId(id), name, 64 << 20, 4 << 20, 3)
         }
     }
 

@@ -203,24 +203,8 @@ mod tests {
     #[test]
     fn test_describe_names_the_bounds() {
         let mut i = VdiInfo {
-            id: drove_types::VdiId(1),
-            name: "v".into(),
-            size: 1 << 30,
-            object_size: 4 << 20,
-            copies: 3,
-            mode: Default::default(),
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
             home_zone: Some("z1".into()),
-            home_copies: None,
-            policy: WritePolicy::Sync,
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
+            ..VdiInfo::new(drove_types::VdiId(1), "v", 1 << 30, 4 << 20, 3)
         };
         assert_eq!(describe(&i), "sync");
         i.policy = WritePolicy::ZoneSync;

@@ -428,28 +428,12 @@ impl Export for VolumeExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drove_types::{ReplicationMode, VdiId, WritePolicy};
+    use drove_types::VdiId;
 
     fn vdi(clients: &[&str]) -> VdiInfo {
         VdiInfo {
-            id: VdiId(1),
-            name: "d".into(),
-            size: 1 << 30,
-            object_size: drove_types::DEFAULT_OBJECT_SIZE,
-            copies: 3,
-            mode: ReplicationMode::Direct,
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: WritePolicy::Sync,
-            max_lag_ms: None,
-            max_lag_bytes: None,
             nbd_clients: clients.iter().map(|c| c.to_string()).collect(),
-            past_homes: Vec::new(),
+            ..VdiInfo::new(VdiId(1), "d", 1 << 30, drove_types::DEFAULT_OBJECT_SIZE, 3)
         }
     }
 

@@ -1295,24 +1295,14 @@ impl MetaState {
             return Err((ErrorKind::NoSpace, "No VDI ids left".to_string()));
         };
         let info = VdiInfo {
-            id: VdiId(id),
-            name: name.to_string(),
-            size,
-            object_size,
-            copies,
             mode,
             created,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
             home_zone,
             home_copies,
             policy,
             max_lag_ms,
             max_lag_bytes,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
+            ..VdiInfo::new(VdiId(id), name, size, object_size, copies)
         };
         self.next_vdi_id = next;
         Arc::make_mut(&mut self.vdis).insert(name.to_string(), info.clone());

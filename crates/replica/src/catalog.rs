@@ -147,26 +147,7 @@ mod tests {
     use super::*;
 
     fn vdi(id: u32) -> VdiInfo {
-        VdiInfo {
-            id: VdiId(id),
-            name: format!("v{id}"),
-            size: 1 << 30,
-            object_size: 4 << 20,
-            copies: 3,
-            mode: drove_types::ReplicationMode::Direct,
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
-        }
+        VdiInfo::new(VdiId(id), format!("v{id}"), 1 << 30, 4 << 20, 3)
     }
 
     fn catalog(live: &[u32], next: u32, gens: &[(u32, u64)]) -> Catalog {

@@ -117,24 +117,9 @@ mod tests {
 
     fn vdi(id: u32, copies: u8, home: Option<&str>) -> VdiInfo {
         VdiInfo {
-            id: VdiId(id),
-            name: format!("v{id}"),
-            size: 1 << 30,
-            object_size: 4 << 20,
-            copies,
-            mode: drove_types::ReplicationMode::Direct,
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
             home_zone: home.map(str::to_string),
-            home_copies: None,
             policy: drove_types::WritePolicy::ZoneSync,
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
+            ..VdiInfo::new(VdiId(id), format!("v{id}"), 1 << 30, 4 << 20, copies)
         }
     }
 

@@ -3,24 +3,11 @@ use drove_types::{Error, ErrorKind, VdiId};
 
 fn vdi(max_ms: u32, max_bytes: u64) -> Arc<VdiInfo> {
     Arc::new(VdiInfo {
-        id: VdiId(7),
-        name: "t".into(),
-        size: 64 << 20,
-        object_size: 4 << 20,
-        copies: 3,
-        mode: Default::default(),
-        created: 0,
-        min_copies: None,
-        parent: None,
-        snapshot: false,
-        ephemeral: false,
         home_zone: Some("h".into()),
-        home_copies: None,
         policy: drove_types::WritePolicy::ZoneSync,
         max_lag_ms: Some(max_ms),
         max_lag_bytes: Some(max_bytes),
-        nbd_clients: Vec::new(),
-        past_homes: Vec::new(),
+        ..VdiInfo::new(VdiId(7), "t", 64 << 20, 4 << 20, 3)
     })
 }
 

@@ -226,6 +226,39 @@ pub struct PastHome {
 pub const MAX_PAST_HOMES: usize = 16;
 
 impl VdiInfo {
+    /// A VDI of its own (no parent, not a snapshot, not ephemeral): `copies` copies
+    /// of objects of `object_size` bytes, the default replication mode and write
+    /// policy, no home zone, no lag bounds, no NBD client names, created at 0. The
+    /// metadata and tests start from it and set the rest with struct update syntax.
+    pub fn new(
+        id: VdiId,
+        name: impl Into<String>,
+        size: u64,
+        object_size: u32,
+        copies: u8,
+    ) -> VdiInfo {
+        VdiInfo {
+            id,
+            name: name.into(),
+            size,
+            object_size,
+            copies,
+            mode: ReplicationMode::default(),
+            created: 0,
+            min_copies: None,
+            parent: None,
+            snapshot: false,
+            ephemeral: false,
+            home_zone: None,
+            home_copies: None,
+            policy: WritePolicy::default(),
+            max_lag_ms: None,
+            max_lag_bytes: None,
+            past_homes: Vec::new(),
+            nbd_clients: Vec::new(),
+        }
+    }
+
     /// Replicas that must acknowledge a write: the VDI's setting, or `copies - 1` (at
     /// least 1), never more than `copies`.
     pub fn min_copies(&self) -> u8 {

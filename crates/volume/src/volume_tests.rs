@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use drove_metrics::Metrics;
 use drove_objstore::MemStore;
 use drove_replica::{LocalStore, MapCell, PeerPool, PeerTimeouts};
-use drove_types::{ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId};
+use drove_types::{ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, VdiId};
 use std::time::Duration;
 
 /// Grants every lock at once with generation 1.
@@ -64,26 +64,7 @@ fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume>
         metrics.clone(),
     );
     let local = LocalStore::new(store);
-    let info = VdiInfo {
-        id: VdiId(1),
-        name: "v".into(),
-        size: 16 << 20,
-        object_size: 4 << 20,
-        copies: 1,
-        mode: ReplicationMode::Direct,
-        created: 0,
-        min_copies: None,
-        parent: None,
-        snapshot: false,
-        ephemeral: false,
-        home_zone: None,
-        home_copies: None,
-        policy: Default::default(),
-        max_lag_ms: None,
-        max_lag_bytes: None,
-        nbd_clients: Vec::new(),
-        past_homes: Vec::new(),
-    };
+    let info = VdiInfo::new(VdiId(1), "v", 16 << 20, 4 << 20, 1);
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),
         vdis: std::sync::Arc::new([(info.id, info.clone())].into()),

@@ -420,26 +420,7 @@ mod tests {
 
     /// VDI 7: 64 MiB of 4 MiB objects, two copies.
     fn vdi7() -> VdiInfo {
-        VdiInfo {
-            id: VdiId(7),
-            name: "t".into(),
-            size: 64 << 20,
-            object_size: 4 << 20,
-            copies: 2,
-            mode: drove_types::ReplicationMode::Direct,
-            created: 0,
-            min_copies: None,
-            parent: None,
-            snapshot: false,
-            ephemeral: false,
-            home_zone: None,
-            home_copies: None,
-            policy: Default::default(),
-            max_lag_ms: None,
-            max_lag_bytes: None,
-            nbd_clients: Vec::new(),
-            past_homes: Vec::new(),
-        }
+        VdiInfo::new(VdiId(7), "t", 64 << 20, 4 << 20, 2)
     }
 
     fn view_of(vdi: &VdiInfo, maps: Vec<ClusterMap>) -> View {

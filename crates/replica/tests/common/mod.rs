@@ -117,24 +117,8 @@ pub async fn cluster_with(
 
 pub fn vdi(mode: ReplicationMode) -> VdiInfo {
     VdiInfo {
-        id: VdiId(7),
-        name: "t".into(),
-        size: 64 << 20,
-        object_size: 4 << 20,
-        copies: 3,
         mode,
-        created: 0,
-        min_copies: None,
-        parent: None,
-        snapshot: false,
-        ephemeral: false,
-        home_zone: None,
-        home_copies: None,
-        policy: Default::default(),
-        max_lag_ms: None,
-        max_lag_bytes: None,
-        nbd_clients: Vec::new(),
-        past_homes: Vec::new(),
+        ..VdiInfo::new(VdiId(7), "t", 64 << 20, 4 << 20, 3)
     }
 }
 
