@@ -392,14 +392,6 @@ fn request(addr: &str, method: &str, path: &str, body: &[u8]) -> Option<(u16, St
     Some((code, body))
 }
 
-/// The node's resident memory in bytes; `None` when it is gone (or a zombie).
-fn rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn env_or(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(v) => v
@@ -422,7 +414,7 @@ fn test_hostile_json_bodies_on_every_admin_route_never_crash_the_node() {
     qemu_io(&n.uri(KEEP), &["write -P 0x5c 0 4M".into(), "flush".into()]);
     c.create_vdi("fz-target", "16M", &[]);
     c.create_vdi("drove-bench-x", "16M", &[]);
-    let before = rss(n.pid).expect("the node is not running");
+    let before = drove_testkit::rss_bytes(Some(n.pid)).expect("the node is not running");
 
     let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut seen = std::collections::BTreeMap::<u16, u64>::new();
@@ -445,7 +437,7 @@ fn test_hostile_json_bodies_on_every_admin_route_never_crash_the_node() {
                     "seed {seed}, {} {path}: the node closed the connection without an \
                      answer (alive: {}) to the body {shown:?}",
                     route.method,
-                    rss(n.pid).is_some()
+                    drove_testkit::rss_bytes(Some(n.pid)).is_some()
                 );
             };
             let meant = matches!(code, 200..=299 | 400..=499 | 503 | 507);
@@ -479,7 +471,7 @@ fn test_hostile_json_bodies_on_every_admin_route_never_crash_the_node() {
         "nothing was refused as malformed: {seen:?}"
     );
 
-    let after = rss(n.pid).expect("the node died under the fuzz");
+    let after = drove_testkit::rss_bytes(Some(n.pid)).expect("the node died under the fuzz");
     println!(
         "node memory: {} MiB before, {} MiB after",
         before >> 20,

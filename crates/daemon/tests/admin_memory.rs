@@ -17,14 +17,6 @@ const BODY: usize = 60_000_000;
 const SENT: usize = 40_000_000;
 const BUDGET: usize = 64 << 20;
 
-/// This process's resident set, in bytes.
-fn rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_partial_large_bodies_do_not_make_the_node_hold_them_all() {
     let (server, addr, _task) = start(AdminLimits {
@@ -41,7 +33,7 @@ async fn test_partial_large_bodies_do_not_make_the_node_hold_them_all() {
     for _ in 0..CONNS {
         conns.push(TcpStream::connect(addr).await.unwrap());
     }
-    let before = rss();
+    let before = drove_testkit::rss_bytes(None).expect("this process runs") as usize;
     let done = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
     for mut s in conns {
@@ -61,7 +53,8 @@ async fn test_partial_large_bodies_do_not_make_the_node_hold_them_all() {
     .await;
     // Give the others every chance to get in too, if the budget let them.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let grown = rss().saturating_sub(before);
+    let grown = (drove_testkit::rss_bytes(None).expect("this process runs") as usize)
+        .saturating_sub(before);
     assert_eq!(
         server.budget_in_use(),
         BODY,

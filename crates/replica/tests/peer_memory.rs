@@ -16,14 +16,6 @@ const FRAME: usize = 60_000_000;
 const SENT: usize = 40_000_000;
 const BUDGET: usize = 64 << 20;
 
-/// This process's resident set, in bytes.
-fn rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_announced_frames_do_not_make_the_server_allocate_them_all() {
     let (server, addr, _task) = start(ServerLimits {
@@ -46,7 +38,7 @@ async fn test_announced_frames_do_not_make_the_server_allocate_them_all() {
     for _ in 0..CONNS {
         conns.push(greeted(addr).await);
     }
-    let before = rss();
+    let before = drove_testkit::rss_bytes(None).expect("this process runs") as usize;
     let done = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
     for mut s in conns {
@@ -66,7 +58,8 @@ async fn test_announced_frames_do_not_make_the_server_allocate_them_all() {
     .await;
     // Give the others every chance to get in too, if the budget let them.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let grown = rss().saturating_sub(before);
+    let grown = (drove_testkit::rss_bytes(None).expect("this process runs") as usize)
+        .saturating_sub(before);
     let in_use = server.budget_in_use();
     assert!(in_use <= BUDGET, "budget overdrawn: {in_use}");
     assert_eq!(in_use, FRAME, "one frame's body is taken, the others wait");

@@ -13,104 +13,14 @@ pub mod vm;
 
 pub use rustix::process::Signal;
 
+#[allow(unused_imports)] // each test binary uses its own part of the kit
+pub use drove_testkit::{in_ci, on_path, require, require_ok, skip, unmet, wait_until};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub fn drove_bin() -> &'static str {
     env!("CARGO_BIN_EXE_drove")
-}
-
-/// Whether `tool` is an executable file in a directory of PATH (read here, not
-/// through a shell, so that a test run with a trimmed PATH sees exactly that PATH).
-pub fn on_path(tool: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path).any(|dir| {
-        std::fs::metadata(dir.join(tool))
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    })
-}
-
-/// Whether the tests run under CI: `CI` is set to anything but "", "false" or "0"
-/// (GitHub, GitLab and most others set CI=true).
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "false" | "0"))
-}
-
-/// The running test's name (libtest names each test's thread after it).
-fn test_name() -> String {
-    match std::thread::current().name() {
-        Some(n) if n != "main" => n.to_string(),
-        _ => "this test".to_string(),
-    }
-}
-
-/// A prerequisite of the running test is missing: under CI the test fails, since a
-/// CI run that skipped its real-client tests would report a pass it never checked;
-/// elsewhere it prints "SKIPPED: <test>: <why>" to stderr and the caller returns.
-#[track_caller]
-fn unmet(why: &str) {
-    let test = test_name();
-    assert!(
-        !in_ci(),
-        "{test}: {why}, and CI is set: install it (make deps) rather than skip the test"
-    );
-    eprintln!("SKIPPED: {test}: {why}");
-}
-
-/// Whether every tool in `tools` is on PATH; a test returns at once when it is not.
-/// Under CI a missing tool fails the test instead (see [`unmet`]).
-#[track_caller]
-pub fn require(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    unmet(&format!("{} not installed", missing.join(", ")));
-    false
-}
-
-/// [`require`] for a prerequisite found by a probe that says what is missing (a VM
-/// kit: QEMU, a kernel and its modules): `Some` when found; under CI a missing one
-/// fails the test.
-#[track_caller]
-pub fn require_ok<T>(found: Result<T, String>) -> Option<T> {
-    match found {
-        Ok(t) => Some(t),
-        Err(why) => {
-            unmet(&why);
-            None
-        }
-    }
-}
-
-/// Skip the running test for a reason installing cannot fix (not running as root):
-/// prints "SKIPPED: <test>: <why>" to stderr; under CI, which runs as root, the test
-/// fails instead, so that a CI pass never stands for a test that did not run.
-#[track_caller]
-pub fn skip(why: &str) {
-    let test = test_name();
-    assert!(
-        !in_ci(),
-        "{test}: {why}, and CI is set: CI runs the suite as root so that this test runs"
-    );
-    eprintln!("SKIPPED: {test}: {why}");
-}
-
-/// Poll `cond` every 50 ms until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 pub fn run(cmd: &mut Command) -> Output {

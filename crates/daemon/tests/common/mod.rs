@@ -6,6 +6,8 @@
 use axum::routing::{get, post};
 use axum::Router;
 use drove_daemon::http_listen::{AdminLimits, AdminServer};
+#[allow(unused_imports)] // each test binary uses its own part of the kit
+pub use drove_testkit::wait_until_async as wait_until;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,14 +87,5 @@ pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duratio
             Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-/// Poll `cond` every 20 ms until it holds, failing after `limit`.
-pub async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

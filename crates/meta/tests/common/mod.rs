@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use drove_meta::{Meta, MetaConfig, MetaState};
+#[allow(unused_imports)] // each test binary uses its own part of the kit
+pub use drove_testkit::wait_until_async as wait_until;
 use drove_types::{NodeId, NodeInfo, NodeState};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -118,18 +120,6 @@ impl Node {
 
     pub fn id(&self) -> u64 {
         self.meta.node_id().0
-    }
-}
-
-/// Poll `cond` until it holds; panic after `timeout`.
-pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_nbd::{ClientInfo, Credential, Export, Exports, Extent, Server};
+#[allow(unused_imports)] // each test binary uses its own part of the kit
+pub use drove_testkit::require;
 use drove_types::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -237,45 +239,6 @@ impl TestServer {
     pub fn tcp_uri(&self, export: &str) -> String {
         format!("nbd://{}/{export}", self.tcp)
     }
-}
-
-/// Whether the tests run under CI: `CI` is set to anything but "", "false" or "0".
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "false" | "0"))
-}
-
-/// Whether every tool in `tools` is an executable on PATH; a test returns at once
-/// (or skips the part that needs it) when it is not. Under CI a missing tool fails
-/// the test, since a CI run that skipped its real-client tests would report a pass
-/// it never checked; elsewhere it prints "SKIPPED: <test>: <tool> not installed".
-#[track_caller]
-pub fn require(tools: &[&str]) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let found = |tool: &&str| {
-        std::env::var_os("PATH").is_some_and(|p| {
-            std::env::split_paths(&p).any(|d| {
-                std::fs::metadata(d.join(tool))
-                    .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                    .unwrap_or(false)
-            })
-        })
-    };
-    let missing: Vec<&str> = tools.iter().filter(|t| !found(t)).copied().collect();
-    if missing.is_empty() {
-        return true;
-    }
-    // libtest names each test's thread after the test.
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("this test")
-        .to_string();
-    let why = format!("{} not installed", missing.join(", "));
-    assert!(
-        !in_ci(),
-        "{test}: {why}, and CI is set: install it (make deps) rather than skip the test"
-    );
-    eprintln!("SKIPPED: {test}: {why}");
-    false
 }
 
 /// The output of a client run.

@@ -8,6 +8,8 @@ use drove_metrics::Metrics;
 use drove_objstore::MemStore;
 use drove_proto::{Frame, Hello, HelloReply, PeerReq, PeerResp};
 use drove_replica::{LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts, ServerLimits};
+#[allow(unused_imports)] // each test binary uses its own part of the kit
+pub use drove_testkit::wait_until_async as wait_until;
 use drove_types::{ClusterId, ClusterMap, NodeId, NodeInfo};
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -121,15 +123,6 @@ pub async fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duratio
             Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-/// Poll `cond` every 20 ms until it holds, failing after `limit`.
-pub async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
