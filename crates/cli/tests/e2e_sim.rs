@@ -122,6 +122,8 @@ fn test_a_paper_point_at_88_nodes_prints_the_same_figures_in_two_processes() {
         "1",
         "--time",
         "2s",
+        "--warmup",
+        "1s",
         "--json",
     ];
     let a = sim(&args);

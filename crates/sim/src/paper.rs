@@ -36,6 +36,9 @@ pub struct PaperOpts {
     pub parallel: Vec<usize>,
     /// Simulated seconds each point measures.
     pub secs: u64,
+    /// Simulated seconds each point's clients run before it measures (the
+    /// zone-sync lag fills in its first seconds; see `docs/simulator.md`).
+    pub warmup_secs: u64,
     /// Each VM's disk, MiB.
     pub disk_mib: u64,
     /// Requests in flight per VM.
@@ -53,7 +56,8 @@ impl Default for PaperOpts {
         PaperOpts {
             model: Model::default(),
             parallel: vec![1, 10, 20, 44],
-            secs: 60,
+            secs: 10,
+            warmup_secs: 5,
             disk_mib: 16,
             iodepth: 4,
             policies: vec![WritePolicy::Sync, WritePolicy::ZoneSync],
@@ -89,22 +93,62 @@ pub struct PaperReport {
 /// took, which is not part of the report).
 pub fn run(
     opts: &PaperOpts,
-    progress: &dyn Fn(&PointResult, Duration),
+    progress: &(dyn Fn(&PointResult, Duration) + Sync),
+) -> anyhow::Result<PaperReport> {
+    run_on(opts, 1, progress)
+}
+
+/// [`run`] on `threads` threads: each point is a cluster on its own runtime and
+/// clock, so points run side by side and each gives what it gives alone. The
+/// report keeps the points' order; `progress` hears of them as they end. The
+/// points with the most clients go first, so that a long one does not start last.
+pub fn run_on(
+    opts: &PaperOpts,
+    threads: usize,
+    progress: &(dyn Fn(&PointResult, Duration) + Sync),
 ) -> anyhow::Result<PaperReport> {
     let delay_ms = u64::try_from(opts.model.zone_delay.as_millis()).unwrap_or(u64::MAX);
-    let mut points = Vec::new();
+    let mut todo = Vec::new();
     for delay in [0, delay_ms] {
         for &policy in &opts.policies {
             for &op in &opts.ops {
                 for x in opts.xs() {
-                    let wall = std::time::Instant::now();
-                    let p = run_point(opts, policy, op, x, delay)?;
-                    progress(&p, wall.elapsed());
-                    points.push(p);
+                    todo.push((policy, op, x, delay));
                 }
             }
         }
     }
+    // Work order: most clients first (stable, so ties keep the report's order).
+    let mut order: Vec<usize> = (0..todo.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(todo[i].2));
+    let next = AtomicU64::new(0);
+    let done: parking_lot::Mutex<Vec<Option<PointResult>>> =
+        parking_lot::Mutex::new(vec![None; todo.len()]);
+    let err = parking_lot::Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, todo.len().max(1)) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if k >= order.len() || err.lock().is_some() {
+                    return;
+                }
+                let i = order[k];
+                let (policy, op, x, delay) = todo[i];
+                let wall = std::time::Instant::now();
+                match run_point(opts, policy, op, x, delay) {
+                    Ok(p) => {
+                        progress(&p, wall.elapsed());
+                        done.lock()[i] = Some(p);
+                    }
+                    Err(e) => *err.lock() = Some(e),
+                }
+            });
+        }
+    });
+    if let Some(e) = err.into_inner() {
+        return Err(e);
+    }
+    let points: Vec<PointResult> = done.into_inner().into_iter().flatten().collect();
     let systems: Vec<System> = opts.policies.iter().map(|&p| System::drove(p)).collect();
     let indexes = compute_indexes(&points, &systems, &opts.xs(), delay_ms);
     Ok(PaperReport {
@@ -163,8 +207,9 @@ async fn point(
         c.fill(&vms, size).await?;
     }
     let _ = c.net.take_traffic();
-    let start = Instant::now();
-    let end = start + Duration::from_secs(opts.secs);
+    // The clients start now; what ends before `from` is not counted.
+    let from = Instant::now() + Duration::from_secs(opts.warmup_secs);
+    let end = from + Duration::from_secs(opts.secs);
     let bs = block_size(op);
     let mut tasks = Vec::new();
     let counters: Vec<Arc<AtomicU64>> = (0..x).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -230,7 +275,7 @@ async fn point(
                     };
                     now = crate::net::resume(ready, woke);
                     match res {
-                        Ok(()) if Instant::now() <= end => {
+                        Ok(()) if (from..=end).contains(&Instant::now()) => {
                             done.fetch_add(bs, Ordering::Relaxed);
                         }
                         Ok(()) => {}
@@ -241,6 +286,11 @@ async fn point(
                 }
             }));
         }
+    }
+    if opts.warmup_secs > 0 {
+        // The traffic of the measured seconds only.
+        tokio::time::sleep_until(from).await;
+        let _ = c.net.take_traffic();
     }
     for t in tasks {
         let _ = t.await;
@@ -288,8 +338,16 @@ pub fn text(r: &PaperReport) -> String {
         s.push_str(&format!("  {line}\n"));
     }
     s.push_str(&format!(
-        "  {} s simulated per point, {} MiB disks, {} requests in flight per VM, seed {}\n",
-        r.opts.secs, r.opts.disk_mib, r.opts.iodepth, r.opts.seed
+        "  {} s simulated per point{}, {} MiB disks, {} requests in flight per VM, seed {}\n",
+        r.opts.secs,
+        if r.opts.warmup_secs > 0 {
+            format!(" after {} s not measured", r.opts.warmup_secs)
+        } else {
+            String::new()
+        },
+        r.opts.disk_mib,
+        r.opts.iodepth,
+        r.opts.seed
     ));
     s.push_str("  metadata: drove's state machine applied directly (not openraft), one round trip between zones per command\n\n");
     s.push_str("Per-client throughput (MB/s):\n");
