@@ -34,6 +34,7 @@ mod faulty;
 mod file;
 mod guard;
 mod layout;
+mod lies;
 mod mem;
 mod objfile;
 mod space;

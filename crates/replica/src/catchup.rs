@@ -69,6 +69,33 @@ struct Persisted {
     clean_epoch: u64,
 }
 
+/// Where the node's catch-up state is kept across restarts: `DATA/recovery.json`
+/// ([`FileRecord`]), or the simulator's disk.
+pub trait Record: Send + Sync {
+    /// What was last saved, if anything (or if it can be read).
+    fn load(&self) -> Option<Vec<u8>>;
+    /// Replace it with `bytes`, durably: it survives a power loss once this
+    /// returns `Ok`.
+    fn save(&self, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// A [`Record`] in a file: written under a temporary name (its user's only, as
+/// everything in the data directory), fsynced, renamed in.
+pub struct FileRecord(pub PathBuf);
+
+impl Record for FileRecord {
+    fn load(&self) -> Option<Vec<u8>> {
+        std::fs::read(&self.0).ok()
+    }
+
+    fn save(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let tmp = self.0.with_extension("tmp");
+        drove_types::private_fs::write(&tmp, bytes)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &self.0)
+    }
+}
+
 struct Inner {
     /// The epoch whose pending set is installed.
     epoch: Epoch,
@@ -85,7 +112,7 @@ pub struct CatchUp {
     inner: Mutex<Inner>,
     epoch_tx: watch::Sender<Epoch>,
     stripes: Vec<std::sync::Arc<RwLock<()>>>,
-    path: Option<PathBuf>,
+    record: Option<Box<dyn Record>>,
     /// False for a store without recovery: every epoch is admitted.
     gated: bool,
 }
@@ -94,9 +121,15 @@ impl CatchUp {
     /// State persisted at `path` (none: in memory only, for tests). Nothing is
     /// current until [`CatchUp::install`] runs.
     pub fn open(path: Option<PathBuf>) -> CatchUp {
-        let clean = path
+        CatchUp::with_record(path.map(|p| Box::new(FileRecord(p)) as Box<dyn Record>))
+    }
+
+    /// State persisted in `record` (none: in memory only). Nothing is current
+    /// until [`CatchUp::install`] runs.
+    pub fn with_record(record: Option<Box<dyn Record>>) -> CatchUp {
+        let clean = record
             .as_ref()
-            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|r| r.load())
             .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
             .unwrap_or_default()
             .clean_epoch;
@@ -112,7 +145,7 @@ impl CatchUp {
             stripes: (0..STRIPES)
                 .map(|_| std::sync::Arc::new(RwLock::new(())))
                 .collect(),
-            path,
+            record,
             gated: true,
         }
     }
@@ -181,17 +214,13 @@ impl CatchUp {
 
     /// Record that nothing held at `epoch` is pending, on disk first.
     pub fn set_clean(&self, epoch: Epoch) -> Result<()> {
-        if let Some(p) = &self.path {
+        if let Some(r) = &self.record {
             let body = serde_json::to_vec(&Persisted {
                 clean_epoch: epoch.0,
             })
             .map_err(|e| Error::new(ErrorKind::Io, format!("encode recovery state: {e}")))?;
-            let tmp = p.with_extension("tmp");
-            // Its user's only, as everything in the data directory.
-            drove_types::private_fs::write(&tmp, &body)
-                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
-                .and_then(|_| std::fs::rename(&tmp, p))
-                .map_err(|e| Error::io(format!("Cannot write {}", p.display()), e))?;
+            r.save(&body)
+                .map_err(|e| Error::io("Cannot write the recovery record", e))?;
         }
         self.lock().clean_epoch = epoch;
         Ok(())
