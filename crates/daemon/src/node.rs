@@ -130,7 +130,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     if let Some(t) = &peer_tls {
         pool.set_tls(t.frames.clone());
     }
-    let catchup = CatchUp::open(Some(cfg.data.join("recovery.json")));
+    let catchup = CatchUp::with_record(
+        Some(Box::new(drove_replica::catchup::FileRecord(
+            cfg.data.join("recovery.json"),
+        ))),
+        drove_replica::catchup::host_boot_id(),
+    );
     let routes_task = tokio::spawn(pool.clone().watch_routes());
     let local = LocalStore::for_run(store.clone(), catchup, meta.incarnation());
     let gateway = Gateway::new(

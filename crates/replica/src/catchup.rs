@@ -16,7 +16,12 @@
 //!   carry the newer epoch and also reach the recovering node.
 //!
 //! The last epoch at which nothing held here was pending is persisted
-//! (`DATA/recovery.json`): a node restarted before the epoch moved is current at once.
+//! (`DATA/recovery.json`): a node restarted before the epoch moved is current at once,
+//! but only on the host boot that recorded it. Copies are written without fsync, so a
+//! host that lost power (or crashed) lost what the node had not flushed: a node whose
+//! host booted since its clean epoch was recorded compares every copy it holds with
+//! the others before serving it, as after an absence. A node killed on a host that
+//! kept running kept its page cache, and its clean epoch stands.
 use drove_types::{Epoch, Error, ErrorKind, NodeId, ObjectId, Result};
 use futures::future::BoxFuture;
 use parking_lot::{Mutex, MutexGuard};
@@ -67,6 +72,16 @@ pub trait Repair: Send + Sync {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Persisted {
     clean_epoch: u64,
+    /// The host's boot the clean epoch was recorded in (Linux's boot id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    boot: Option<String>,
+}
+
+/// This host's boot id (`/proc/sys/kernel/random/boot_id`): it changes at every
+/// boot, so a node tells a restart of its process from one of its host.
+pub fn host_boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// Where the node's catch-up state is kept across restarts: `DATA/recovery.json`
@@ -113,6 +128,8 @@ pub struct CatchUp {
     epoch_tx: watch::Sender<Epoch>,
     stripes: Vec<std::sync::Arc<RwLock<()>>>,
     record: Option<Box<dyn Record>>,
+    /// The host's boot this run started in.
+    boot: Option<String>,
     /// False for a store without recovery: every epoch is admitted.
     gated: bool,
 }
@@ -121,18 +138,34 @@ impl CatchUp {
     /// State persisted at `path` (none: in memory only, for tests). Nothing is
     /// current until [`CatchUp::install`] runs.
     pub fn open(path: Option<PathBuf>) -> CatchUp {
-        CatchUp::with_record(path.map(|p| Box::new(FileRecord(p)) as Box<dyn Record>))
+        CatchUp::with_record(
+            path.map(|p| Box::new(FileRecord(p)) as Box<dyn Record>),
+            None,
+        )
     }
 
-    /// State persisted in `record` (none: in memory only). Nothing is current
-    /// until [`CatchUp::install`] runs.
-    pub fn with_record(record: Option<Box<dyn Record>>) -> CatchUp {
-        let clean = record
+    /// State persisted in `record` (none: in memory only), on a host in boot
+    /// `boot` ([`host_boot_id`]; `None`: unknown, the record is trusted as it is).
+    /// A clean epoch recorded in another boot is not trusted (see the module
+    /// doc). Nothing is current until [`CatchUp::install`] runs.
+    pub fn with_record(record: Option<Box<dyn Record>>, boot: Option<String>) -> CatchUp {
+        let was = record
             .as_ref()
             .and_then(|r| r.load())
             .and_then(|b| serde_json::from_slice::<Persisted>(&b).ok())
-            .unwrap_or_default()
-            .clean_epoch;
+            .unwrap_or_default();
+        let rebooted = boot.is_some() && was.boot != boot;
+        let clean = if rebooted && was.clean_epoch > 0 {
+            tracing::warn!(
+                clean_epoch = was.clean_epoch,
+                "the host booted since this node recorded its clean epoch: what it had not \
+                 flushed may be lost, so every copy it holds is compared with the others \
+                 before it serves"
+            );
+            0
+        } else {
+            was.clean_epoch
+        };
         let (epoch_tx, _) = watch::channel(Epoch(0));
         CatchUp {
             inner: Mutex::new(Inner {
@@ -146,6 +179,7 @@ impl CatchUp {
                 .map(|_| std::sync::Arc::new(RwLock::new(())))
                 .collect(),
             record,
+            boot,
             gated: true,
         }
     }
@@ -217,6 +251,7 @@ impl CatchUp {
         if let Some(r) = &self.record {
             let body = serde_json::to_vec(&Persisted {
                 clean_epoch: epoch.0,
+                boot: self.boot.clone(),
             })
             .map_err(|e| Error::new(ErrorKind::Io, format!("encode recovery state: {e}")))?;
             r.save(&body)
@@ -309,5 +344,34 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o600, "recovery.json is {mode:o}");
+    }
+
+    #[test]
+    fn test_a_clean_epoch_recorded_in_another_boot_of_the_host_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recovery.json");
+        let file = || Some(Box::new(FileRecord(path.clone())) as Box<dyn Record>);
+        let boot = |b: &str| Some(b.to_string());
+        CatchUp::with_record(file(), boot("a"))
+            .set_clean(Epoch(7))
+            .unwrap();
+        // The process restarted, the host did not: its page cache kept every write.
+        assert_eq!(
+            CatchUp::with_record(file(), boot("a")).clean_epoch(),
+            Epoch(7)
+        );
+        // The host booted since (a power loss): what was not flushed is gone.
+        assert_eq!(
+            CatchUp::with_record(file(), boot("b")).clean_epoch(),
+            Epoch(0)
+        );
+        // A record without a boot (written before boots were recorded) is not
+        // trusted on a host that knows its boot; an unknown boot trusts it.
+        std::fs::write(&path, br#"{"clean_epoch":5}"#).unwrap();
+        assert_eq!(
+            CatchUp::with_record(file(), boot("a")).clean_epoch(),
+            Epoch(0)
+        );
+        assert_eq!(CatchUp::with_record(file(), None).clean_epoch(), Epoch(5));
     }
 }

@@ -197,7 +197,7 @@ impl SimCluster {
                     d.mem.clone(),
                     format!("/sim/node-{id}/store"),
                 ));
-                let catchup = CatchUp::with_record(Some(d.record()));
+                let catchup = CatchUp::with_record(Some(d.record()), Some(d.boot_id()));
                 (
                     guard.clone(),
                     Some(d.mem.clone()),

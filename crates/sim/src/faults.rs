@@ -1264,7 +1264,7 @@ async fn final_check(
             seq: must,
             acked_at,
             durable,
-            ..
+            holders,
         }) = must
         {
             let must = *must;
@@ -1272,7 +1272,7 @@ async fn final_check(
                 let at = acked_at.map_or(0, |t| crate::sim_offset(t).as_millis());
                 let how = if *durable { " durable" } else { "" };
                 violations.push(format!(
-                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged{how} at {at} ms",
+                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged{how} at {at} ms on nodes {holders:?}",
                     cl.name, cl.policy
                 ));
                 if lost_shown < 3 {
