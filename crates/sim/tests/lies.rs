@@ -34,3 +34,24 @@ fn test_a_node_back_from_a_power_loss_before_the_epoch_moved_does_not_serve_lost
         show(&r)
     );
 }
+
+/// A disk whose flush makes nothing durable loses writes acknowledged durable at
+/// the first power loss that takes every copy: the durability check must say so.
+#[test]
+fn test_the_checks_catch_a_write_acknowledged_durable_that_a_power_loss_took() {
+    let opts = FaultOpts {
+        sabotage_flush: true,
+        ..power()
+    };
+    let r = (1..=10)
+        .map(|seed| run_seed(seed, &opts).unwrap())
+        .find(|r| !r.passed())
+        .expect("ten runs on disks whose flushes keep nothing passed the checks");
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("was acknowledged durable")),
+        "{}",
+        show(&r)
+    );
+}
