@@ -25,6 +25,7 @@
 
 pub mod cluster;
 pub mod dcloss;
+pub mod disk;
 pub mod faults;
 pub mod model;
 pub mod net;
