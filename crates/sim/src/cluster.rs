@@ -29,9 +29,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::model::Model;
+use crate::net::{SimNet, SimTransport};
 
 mod meta;
-use crate::net::{SimNet, SimTransport};
 pub use meta::SimMeta;
 
 /// The simulated wall clock starts here (seconds since the Unix epoch), so that a
@@ -101,7 +101,6 @@ pub struct SimCluster {
     nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
     /// Stores of crashed nodes, as they were at the crash.
     crashed: Mutex<BTreeMap<NodeId, Disk>>,
-    start: Instant,
     /// The epoch history's maps, rebuilt when it grows.
     history: Mutex<Arc<Vec<ClusterMap>>>,
     this: Weak<SimCluster>,
@@ -128,7 +127,6 @@ impl SimCluster {
             meta: Mutex::new(MetaState::default()),
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
-            start: Instant::now(),
             history: Mutex::new(Arc::default()),
             this: this.clone(),
         });
@@ -164,9 +162,11 @@ impl SimCluster {
         self.net.model()
     }
 
-    /// Simulated milliseconds since the Unix epoch.
+    /// Simulated milliseconds since the Unix epoch: the wall clock this cluster's
+    /// nodes stamp leases with ([`drove_types::clock::unix_ms`], started at
+    /// `EPOCH_START_S` when the cluster was made).
     pub fn now_ms(&self) -> u64 {
-        EPOCH_START_S * 1000 + u64::try_from(self.start.elapsed().as_millis()).unwrap_or(0)
+        drove_types::clock::unix_ms()
     }
 
     /// The running incarnation of node `id`.
