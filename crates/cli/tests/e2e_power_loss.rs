@@ -85,8 +85,10 @@ impl Site {
         }
     }
 
-    /// Start the cluster in `dir` again after a power loss.
-    fn restart(dir: &Path, logs_to: &Path) -> Site {
+    /// Start the cluster in `dir` again after a power loss, its hosts in boot `boot`
+    /// (a new one: every node's recovery record was written in another, so no node
+    /// trusts its copies as current before comparing them).
+    fn restart(dir: &Path, logs_to: &Path, boot: &str) -> Site {
         // cluster.json names the processes that ran before the power went; after a
         // real one no such process exists, here a new process may have its pid, and
         // `drove up` would take the cluster for running. The pids are forgotten.
@@ -102,6 +104,7 @@ impl Site {
             logs_to: logs_to.to_path_buf(),
         };
         let o = run(Command::new(drove_bin())
+            .env("DROVE_TEST_BOOT_ID", boot)
             .args(["up", "--detach", "--dir"])
             .arg(dir));
         site.nodes = nodes_of(dir);
@@ -439,7 +442,7 @@ fn client() -> PathBuf {
 /// seconds, then cut the power of every node. The workload's summary line.
 fn record(dir: &Path, mnt: &Path, seed: u64) -> String {
     let held = Held::record(dir, mnt, &dir.join("record.log"));
-    let site = Site::restart(&mnt.join("c"), &dir.join("record-logs"));
+    let site = Site::restart(&mnt.join("c"), &dir.join("record-logs"), "recording");
     let o = run(Command::new("/usr/bin/python3")
         .arg(client())
         .arg("write")
@@ -483,7 +486,7 @@ fn run_cut(dir: &Path, mnt: &Path, k: usize, cut: &Cut, max_seq: u64) -> Result<
     let held = Held::replay(dir, mnt, &cut.filter, &rundir.join("outagefs.log"));
     let acks = read_acks(&mnt.join("ack.log"));
     let fua = acks.iter().filter(|a| a.fua).count();
-    let site = Site::restart(&mnt.join("c"), &rundir);
+    let site = Site::restart(&mnt.join("c"), &rundir, &format!("after-cut-{k}"));
     let restarted = started.elapsed();
     let via = k % 3;
     // The first attach after the power loss repairs the replicas the writer left
@@ -562,17 +565,22 @@ fn run_cut(dir: &Path, mnt: &Path, k: usize, cut: &Cut, max_seq: u64) -> Result<
     }
     // Objects in which recovery sealed blocks that every copy failed (a write cut
     // from every disk at once): read from the nodes' logs, for the summary.
-    let sealed: usize = site
-        .nodes
-        .iter()
-        .map(|n| {
-            std::fs::read_to_string(Path::new(&n.data).join("node.log"))
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.contains("sealed as this copy holds them"))
-                .count()
-        })
-        .sum();
+    let logged = |what: &str| -> usize {
+        site.nodes
+            .iter()
+            .map(|n| {
+                std::fs::read_to_string(Path::new(&n.data).join("node.log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains(what))
+                    .count()
+            })
+            .sum()
+    };
+    let sealed = logged("sealed as this copy holds them");
+    // Every host booted anew: a node whose record says it was clean compares its
+    // copies before serving them (replica's catchup.rs), and says so.
+    let rebooted = logged("the host booted since this node recorded its clean epoch");
     site.down();
     drop(site);
     held.release();
@@ -580,7 +588,7 @@ fn run_cut(dir: &Path, mnt: &Path, k: usize, cut: &Cut, max_seq: u64) -> Result<
         return Err(problems.join("\n"));
     }
     Ok(format!(
-        "{} durable writes in the ack log ({fua} FUA, {} FLUSH), {} blocks checked ({} hold a later write, {} a mix of writes by sector; {sealed} object copies had blocks torn on every copy sealed); read through node {}; restart {:.1?}, run {:.1?}",
+        "{} durable writes in the ack log ({fua} FUA, {} FLUSH), {} blocks checked ({} hold a later write, {} a mix of writes by sector; {sealed} object copies had blocks torn on every copy sealed); {rebooted} of 3 nodes distrusted a clean epoch of another boot; read through node {}; restart {:.1?}, run {:.1?}",
         acks.len(),
         acks.len() - fua,
         v.acked,

@@ -9,7 +9,6 @@ use drove_meta::{Command, Meta, Reply};
 use drove_metrics::Metrics;
 use drove_types::{Error, ErrorKind, VdiInfo, WritePolicy, DEFAULT_OBJECT_SIZE};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::api;
 
@@ -290,10 +289,7 @@ async fn create_vdi(
     State(a): State<Admin>,
     Json(req): Json<api::CreateVdi>,
 ) -> ApiResult<api::VdiDetail> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now = drove_types::clock::unix_secs();
     let policy = parse_policy(req.write.policy.as_deref())?.unwrap_or_default();
     let reply = a
         .meta
@@ -414,7 +410,7 @@ async fn check_vdi(
     let info = find_vdi(&a, &name)?;
     if req.repair {
         if let Some(l) = a.meta.state().locks.get(&info.id) {
-            if l.expires_ms > crate::locks::now_ms() {
+            if l.expires_ms > drove_types::clock::unix_ms() {
                 return Err(Error::new(
                     ErrorKind::Locked,
                     format!(

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::admin::{Admin, ApiResult};
 use crate::api::{BenchLocks, BenchResult};
-use crate::locks::now_ms;
+use drove_types::clock::unix_ms as now_ms;
 
 /// Names of the VDIs the lock benchmark may lock.
 pub const BENCH_PREFIX: &str = "drove-bench-";

@@ -109,10 +109,7 @@ pub(crate) fn heartbeat_healthy(meta: &Meta, store: &GuardedStore) -> bool {
         .map
         .node(meta.node_id())
         .is_some_and(|n| n.state == NodeState::Up);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now_ms = drove_types::clock::unix_ms();
     healthy_at(Some(f.at_unix_ms), now_ms, up)
 }
 

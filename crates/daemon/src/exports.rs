@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::locks::now_ms;
+use drove_types::clock::unix_ms as now_ms;
 
 /// How long an attach waits for another node's post-crash repair of the VDI.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(20);
@@ -323,10 +323,7 @@ impl Exports for VdiExports {
         let vol = self.volume_or_open(name)?;
         vol.attach();
         let id = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let since_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let since_unix = drove_types::clock::unix_secs();
         self.clients.lock().insert(
             id,
             Attached {

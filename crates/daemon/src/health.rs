@@ -11,10 +11,11 @@
 use axum::extract::State;
 use axum::Json;
 use drove_meta::{MetaState, QUORUM_FRESH};
+use drove_types::clock::unix_ms;
 use drove_types::{format_size, NodeId, NodeState, Result};
 use futures::future::join_all;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::admin::{Admin, ApiResult};
 use crate::api::{Health, HealthCheck, Level, LocalHealth};
@@ -39,13 +40,6 @@ const MAX_LAGS: usize = 10_000;
 /// `dir`, in bytes; `None` if it cannot be read.
 pub(crate) fn disk_space(dir: &Path) -> Option<(u64, u64)> {
     drove_objstore::disk_space(dir).map(|d| (d.size, d.free))
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// This node's own answer.

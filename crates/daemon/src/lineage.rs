@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::admin::{expect_vdi, Admin, ApiErr};
 use crate::api;
-use crate::locks::now_ms;
+use drove_types::clock::unix_ms as now_ms;
 
 type ApiResult<T> = std::result::Result<Json<T>, ApiErr>;
 

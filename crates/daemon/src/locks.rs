@@ -2,6 +2,7 @@
 //! implemented with Raft commands. The lease is stamped with this node's clock.
 use async_trait::async_trait;
 use drove_meta::{Command, MetaApi, Reply};
+use drove_types::clock::unix_ms as now_ms;
 use drove_types::{Error, ErrorKind, Result, VdiInfo};
 use drove_volume::{Lease, LockService};
 use std::sync::Arc;
@@ -38,12 +39,6 @@ impl MetaLocks {
 /// for longer fails its writes.
 pub(crate) fn majority_window(down_after_ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis(down_after_ms).max(drove_meta::QUORUM_FRESH)
-}
-
-/// This node's clock, milliseconds since the Unix epoch (lease stamps): the one
-/// wall clock of [`drove_types::clock`], which the simulator drives.
-pub(crate) fn now_ms() -> u64 {
-    drove_types::clock::unix_ms()
 }
 
 #[async_trait]

@@ -18,7 +18,6 @@ use crate::{DiskSpace, ObjectStore, Usage};
 use drove_types::{Error, ErrorKind, ObjVersion, ObjectId, Result, VdiId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Why a disk was judged failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,10 +109,7 @@ impl GuardedStore {
                     let f = self.failed.get_or_init(|| DiskFailure {
                         path: self.path.clone(),
                         first,
-                        at_unix_ms: SystemTime::now()
-                            .duration_since(UNIX_EPOCH)
-                            .map(|d| d.as_millis() as u64)
-                            .unwrap_or(0),
+                        at_unix_ms: drove_types::clock::unix_ms(),
                     });
                     Err(self.refused(f))
                 }

@@ -30,9 +30,9 @@ use tokio::time::Instant;
 
 use crate::disk::NodeDisk;
 use crate::model::Model;
+use crate::net::{SimNet, SimTransport};
 
 mod meta;
-use crate::net::{SimNet, SimTransport};
 pub use meta::SimMeta;
 
 /// The simulated wall clock starts here (seconds since the Unix epoch), so that a
@@ -111,7 +111,6 @@ pub struct SimCluster {
     nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
     /// Stores of crashed nodes, as they were at the crash.
     crashed: Mutex<BTreeMap<NodeId, Disk>>,
-    start: Instant,
     /// The epoch history's maps, rebuilt when it grows.
     history: Mutex<Arc<Vec<ClusterMap>>>,
     this: Weak<SimCluster>,
@@ -138,7 +137,6 @@ impl SimCluster {
             meta: Mutex::new(MetaState::default()),
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
-            start: Instant::now(),
             history: Mutex::new(Arc::default()),
             this: this.clone(),
         });
@@ -174,9 +172,11 @@ impl SimCluster {
         self.net.model()
     }
 
-    /// Simulated milliseconds since the Unix epoch.
+    /// Simulated milliseconds since the Unix epoch: the wall clock this cluster's
+    /// nodes stamp leases with ([`drove_types::clock::unix_ms`], started at
+    /// `EPOCH_START_S` when the cluster was made).
     pub fn now_ms(&self) -> u64 {
-        EPOCH_START_S * 1000 + u64::try_from(self.start.elapsed().as_millis()).unwrap_or(0)
+        drove_types::clock::unix_ms()
     }
 
     /// The running incarnation of node `id`.

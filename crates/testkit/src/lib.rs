@@ -44,11 +44,15 @@ pub fn on_path(tool: &str) -> bool {
 /// elsewhere it prints "SKIPPED: <test>: <why>" to stderr and the caller returns.
 #[track_caller]
 pub fn unmet(why: &str) {
+    skipped(why, "install it (make deps) rather than skip the test");
+}
+
+/// Say the running test is skipped for `why`, or fail it under CI, where `fix`
+/// says what to do instead.
+#[track_caller]
+fn skipped(why: &str, fix: &str) {
     let test = test_name();
-    assert!(
-        !in_ci(),
-        "{test}: {why}, and CI is set: install it (make deps) rather than skip the test"
-    );
+    assert!(!in_ci(), "{test}: {why}, and CI is set: {fix}");
     eprintln!("SKIPPED: {test}: {why}");
 }
 
@@ -83,12 +87,7 @@ pub fn require_ok<T>(found: Result<T, String>) -> Option<T> {
 /// fails instead, so that a CI pass never stands for a test that did not run.
 #[track_caller]
 pub fn skip(why: &str) {
-    let test = test_name();
-    assert!(
-        !in_ci(),
-        "{test}: {why}, and CI is set: CI runs the suite as root so that this test runs"
-    );
-    eprintln!("SKIPPED: {test}: {why}");
+    skipped(why, "CI runs the suite as root so that this test runs");
 }
 
 /// Poll `cond` every 50 ms on this thread until it holds; panic after `timeout`,
