@@ -8,7 +8,7 @@
 //! (`b'0' + version`): version 1 frames began with the constant magic "DRV1", which
 //! reads as version 1 under this layout, so a node of this version recognises an
 //! older peer and says so instead of calling its frames garbage. This version is
-//! [`WIRE_VERSION`] ("DRV4"). A frame of another version is refused with
+//! [`WIRE_VERSION`] ("DRV5"). A frame of another version is refused with
 //! [`FrameError::Version`]; the prefix layout above is what every version must keep,
 //! so that any two versions can at least name each other.
 //!
@@ -24,7 +24,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
 
 /// The wire version this build speaks.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 
 const MAGIC: [u8; 3] = *b"DRV";
 

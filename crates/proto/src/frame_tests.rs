@@ -109,7 +109,7 @@ fn test_parts_share_the_payload_and_read_as_one_frame() {
     assert_eq!(parts.payload.as_ptr(), f.payload.as_ptr(), "payload copied");
     let bytes = [&parts.head[..], &parts.payload[..]].concat();
     assert_eq!(bytes.len(), parts.len());
-    assert_eq!(&bytes[..4], b"DRV4", "version 4 on the wire");
+    assert_eq!(&bytes[..4], b"DRV5", "version 5 on the wire");
     assert_eq!(read_all(bytes, vec![7, 4096]).unwrap(), [f]);
 }
 
@@ -133,7 +133,7 @@ fn test_flipped_bit_is_caught() {
 
 #[test]
 fn test_huge_length_is_refused_before_buffering() {
-    let mut raw = b"DRV4".to_vec();
+    let mut raw = b"DRV5".to_vec();
     raw.extend_from_slice(&u32::MAX.to_be_bytes());
     raw.extend_from_slice(&[0; 4]);
     let err = read_all(raw, vec![12]).unwrap_err();
@@ -142,14 +142,21 @@ fn test_huge_length_is_refused_before_buffering() {
 
 #[test]
 fn test_version_1_and_future_versions_are_named() {
-    for (byte, v) in [(b'1', 1u8), (b'2', 2), (b'3', 3), (b'5', 5), (b'9', 9)] {
+    for (byte, v) in [
+        (b'1', 1u8),
+        (b'2', 2),
+        (b'3', 3),
+        (b'4', 4),
+        (b'6', 6),
+        (b'9', 9),
+    ] {
         let mut raw = sample().encode().unwrap().to_vec();
         raw[3] = byte;
         let err = read_all(raw, vec![100]).unwrap_err();
         assert_eq!(frame_error(&err), FrameError::Version(v));
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("wire version {v}, this node speaks 4")),
+            msg.contains(&format!("wire version {v}, this node speaks 5")),
             "{msg}"
         );
     }

@@ -61,7 +61,7 @@ mod tests {
         let msg = std::str::from_utf8(&header[3..]).unwrap();
         assert_eq!(usize::from(header[2]), msg.len(), "one-byte varint length");
         assert!(
-            msg.contains("version 4, you speak version 1"),
+            msg.contains("version 5, you speak version 1"),
             "message names both versions: {msg}"
         );
     }

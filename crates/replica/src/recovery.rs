@@ -771,7 +771,9 @@ impl Recoverer {
             // Whether every other copy of the version fails this block too.
             let mut torn_everywhere = true;
             for &n in &order {
-                let req = PeerReq::Read {
+                // Whatever the copy's state: after a whole-site power loss every
+                // copy is pending, and a plain read of one is refused.
+                let req = PeerReq::MendRead {
                     oid,
                     offset: b * BLOCK_SIZE,
                     len: BLOCK_SIZE as u32,

@@ -356,6 +356,7 @@ impl SimTransport {
         };
         let moved = match &req {
             PeerReq::Read { len, .. } => u64::from(*len),
+            PeerReq::MendRead { len, .. } => u64::from(*len),
             PeerReq::Fetch { len, .. } => u64::from(*len),
             // A digest reads every object it covers, or only their block
             // checksums (4 bytes per 4 KiB block).
