@@ -1087,8 +1087,19 @@ fn judge_read(recs: &[Rec], got: u64, policy: WritePolicy) -> Option<String> {
             .max();
         if let Some(last) = last {
             if got < last {
+                let r = recs.iter().find(|r| r.seq == last);
+                let at = r
+                    .and_then(|r| r.acked_at)
+                    .map_or(0, |t| crate::sim_offset(t).as_millis());
+                let how = if r.is_some_and(|r| r.durable) {
+                    " durable"
+                } else {
+                    ""
+                };
+                let holders = r.map(|r| r.holders.clone()).unwrap_or_default();
+                let now = crate::sim_offset(Instant::now()).as_millis();
                 return Some(format!(
-                    "returned write {got} after write {last} was acknowledged"
+                    "returned write {got} at {now} ms after write {last} was acknowledged{how} at {at} ms on nodes {holders:?}"
                 ));
             }
         }

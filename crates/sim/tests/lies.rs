@@ -26,10 +26,18 @@ fn show(r: &drove_sim::faults::SeedReport) -> String {
 fn test_a_node_back_from_a_power_loss_before_the_epoch_moved_does_not_serve_lost_writes() {
     let r = run_seed(24, &power()).unwrap();
     assert!(r.passed(), "{}", show(&r));
+    // Since h/lies was merged onto main's clients (the daemon's Volume), the seed's
+    // schedule differs (node 5 loses power for 687 ms): still one node back before
+    // the failure detector's 3 s, the shape of the fault it was kept for.
+    let quick = |f: &String| {
+        f.split_once(": node ")
+            .and_then(|(_, rest)| rest.split_once(" loses power for "))
+            .and_then(|(_, ms)| ms.split_once(" ms"))
+            .and_then(|(ms, _)| ms.parse::<u64>().ok())
+            .is_some_and(|ms| ms < 3000)
+    };
     assert!(
-        r.faults
-            .iter()
-            .any(|f| f.contains("node 9 loses power for 895 ms")),
+        r.faults.iter().any(quick),
         "the seed no longer makes the fault it was kept for: {}",
         show(&r)
     );
