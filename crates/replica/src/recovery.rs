@@ -670,7 +670,13 @@ impl Recoverer {
             let zone_sync = vdi.policy == WritePolicy::ZoneSync;
             let readable = |n: NodeId| {
                 if n == self.me {
-                    return vouches(n, &mine, best, zone_sync, &near);
+                    // A copy whose host lost power since it took writes answers
+                    // for none of them: the unflushed ones may be gone. Counted,
+                    // node 9, back from a power loss with its copy's version, the
+                    // peers that took the write after it down, vouched for its own
+                    // stale copy, made it current, and the others recovered from
+                    // it (`drove sim faults --seed 205`: two writes lost).
+                    return !cu.lost_unflushed() && vouches(n, &mine, best, zone_sync, &near);
                 }
                 digests
                     .iter()
