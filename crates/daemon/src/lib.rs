@@ -29,6 +29,7 @@ mod nbd_socket;
 mod node;
 mod ops_metrics;
 mod rejection;
+mod role;
 mod sd_notify;
 mod settle;
 pub mod wan;

@@ -43,6 +43,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // First of all: nothing in the directory is touched unless this node owns it.
     // It is closed to everyone else until the socket in it has its mode.
     let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
+    // A witness's directory never comes back as a data node's, nor the reverse.
+    crate::role::check(&cfg.data, cfg.witness)?;
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = if cfg.witness {
