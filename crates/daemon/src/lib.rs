@@ -22,6 +22,7 @@ mod first_head;
 mod health;
 mod health_voters;
 pub mod http_listen;
+pub mod iostat;
 mod lineage;
 mod locks;
 mod membership;
