@@ -1495,3 +1495,7 @@ mod lease_tests;
 #[cfg(test)]
 #[path = "state/token_tests.rs"]
 mod token_tests;
+
+#[cfg(test)]
+#[path = "state/command_tests.rs"]
+mod command_tests;
