@@ -14,11 +14,10 @@ use crate::{MetaConfig, MetaStatus};
 use drove_types::clock::Instant;
 use drove_types::{ClusterId, Error, NodeId, Result};
 use parking_lot::Mutex;
-use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -68,9 +67,10 @@ pub(crate) fn unix_now_ms() -> u64 {
     drove_types::clock::unix_ms()
 }
 
-/// A random id for this process's requests (std's hasher keys are random).
+/// A random id for this process's requests (seeded on a simulator's thread:
+/// [`drove_types::random`]).
 pub fn random_u64() -> u64 {
-    std::collections::hash_map::RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+    drove_types::random::u64()
 }
 
 fn db_error(what: &str, e: DbError) -> Error {
@@ -108,9 +108,7 @@ async fn cluster_id(db: &Db, has_node_id: bool, joined: Option<ClusterId>) -> Re
         }
         (None, None) => {
             let mut bytes = [0u8; 16];
-            getrandom::fill(&mut bytes).map_err(|e| {
-                Error::unavailable(format!("No random bytes for a cluster id: {e}"))
-            })?;
+            drove_types::random::fill(&mut bytes);
             let id = ClusterId(u128::from_be_bytes(bytes));
             tracing::info!(cluster = %id, "new cluster id");
             id
@@ -181,6 +179,21 @@ impl Meta {
         drove_types::private_fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
+        Meta::start(cfg, net, db).await
+    }
+
+    /// [`Meta::open_on`] with the metadata's file on `disk`, in memory (a simulated
+    /// node's disk); `cfg.data_dir` is not used.
+    pub async fn open_in_memory(
+        cfg: MetaConfig,
+        net: Arc<dyn MetaNet>,
+        disk: crate::MemDisk,
+    ) -> Result<Arc<Meta>> {
+        let db = Db::open_mem(disk).map_err(|e| db_error("Cannot open the metadata disk", e))?;
+        Meta::start(cfg, net, db).await
+    }
+
+    async fn start(cfg: MetaConfig, net: Arc<dyn MetaNet>, db: Db) -> Result<Arc<Meta>> {
         let mut client = crate::remote::Client { net, cluster: None };
         // Node-made request ids keep the top bit clear (clients' have it set).
         let client_id = random_u64() & !crate::client_req::EXTERNAL_CLIENT;
