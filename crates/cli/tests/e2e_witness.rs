@@ -277,6 +277,21 @@ fn node_run(c: &Cluster, i: usize, extra: &[&str]) -> std::process::Child {
     cmd.spawn().unwrap()
 }
 
+/// Wait until `witness` is out of the map and three data nodes vote.
+fn voters_placed_without(c: &Cluster, witness: u64) {
+    wait_until(
+        Duration::from_secs(60),
+        "the voters placed on the data nodes",
+        || {
+            let s = c.status();
+            let v = ids(&s["voters"]);
+            v.len() == 3 && !v.contains(&witness)
+        },
+    );
+    let s = c.status();
+    assert!(s["map"]["nodes"].get(witness.to_string()).is_none(), "{s}");
+}
+
 /// The witness of a 2 x 2 cluster is taken out: its directory refuses to come back
 /// as a data node, `node remove` forgets it while it is down, and the voters are
 /// placed again on the data nodes (health then warns that one datacenter holds
@@ -323,17 +338,7 @@ fn test_a_witness_cannot_come_back_as_a_data_node_and_is_removed_cleanly() {
     });
     let o = c.drove(0, &["node", "remove", &witness.to_string()]);
     assert!(o.status.success(), "{}", text(&o));
-    wait_until(
-        Duration::from_secs(60),
-        "the voters placed on the data nodes",
-        || {
-            let s = c.status();
-            let v = ids(&s["voters"]);
-            v.len() == 3 && !v.contains(&witness)
-        },
-    );
-    let s = c.status();
-    assert!(s["map"]["nodes"].get(witness.to_string()).is_none(), "{s}");
+    voters_placed_without(&c, witness);
     let h = health(&c, 0);
     assert!(
         voter_checks(&h)
@@ -369,17 +374,7 @@ fn test_a_running_witness_leaves_and_stops() {
             !exists(pid)
         },
     );
-    wait_until(
-        Duration::from_secs(60),
-        "the voters placed on the data nodes",
-        || {
-            let s = c.status();
-            let v = ids(&s["voters"]);
-            v.len() == 3 && !v.contains(&witness)
-        },
-    );
-    let s = c.status();
-    assert!(s["map"]["nodes"].get(witness.to_string()).is_none(), "{s}");
+    voters_placed_without(&c, witness);
     let o = c.drove(1, &["vdi", "create", "after", "16M", "--copies", "2"]);
     assert!(o.status.success(), "{}", text(&o));
 }
