@@ -14,7 +14,6 @@
 //! A directory from a drove before this file existed has no role: it takes the
 //! role it is started with next.
 use drove_types::{private_fs, Error, Result};
-use std::io::Write;
 use std::path::Path;
 
 /// The file, inside the data directory.
@@ -69,24 +68,11 @@ pub fn check(dir: &Path, witness: bool) -> Result<()> {
     }
 }
 
-/// Write `role` durably: a temporary file, synced, renamed over `role`, and the
-/// directory synced.
+/// Write `role` so that a power loss leaves the file whole or absent.
 fn record(dir: &Path, role: &str) -> Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
     let path = dir.join(FILE);
-    let io = |e| Error::io(format!("Cannot write {}", path.display()), e);
-    let mut f = private_fs::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(format!("{role}\n").as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)
+    private_fs::replace_durably(&path, format!("{role}\n").as_bytes())
+        .map_err(|e| Error::io(format!("Cannot write {}", path.display()), e))
 }
 
 #[cfg(test)]
