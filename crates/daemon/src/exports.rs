@@ -373,6 +373,20 @@ impl VolumeExport {
             }
         }
     }
+
+    /// Run `op`, a write of `len` bytes (data, zeroes or a trim), noted as this
+    /// client's and counted in the VDI's I/O.
+    async fn counted_write(
+        &self,
+        len: u64,
+        op: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        self.wrote();
+        let start = Instant::now();
+        let r = op.await;
+        self.io.write(len, start.elapsed().as_secs_f64(), r.is_ok());
+        r
+    }
 }
 
 impl Drop for VolumeExport {
@@ -407,30 +421,22 @@ impl Export for VolumeExport {
     }
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
-        self.wrote();
-        let (start, len) = (Instant::now(), data.len() as u64);
-        let r = self.vol.write(offset, data, fua).await;
-        self.io.write(len, start.elapsed().as_secs_f64(), r.is_ok());
-        r
+        let len = data.len() as u64;
+        self.counted_write(len, self.vol.write(offset, data, fua))
+            .await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<()> {
-        self.wrote();
-        let start = Instant::now();
-        let r = self.vol.write_zeroes(offset, u64::from(len), fua).await;
-        self.io
-            .write(u64::from(len), start.elapsed().as_secs_f64(), r.is_ok());
-        r
+        let len = u64::from(len);
+        self.counted_write(len, self.vol.write_zeroes(offset, len, fua))
+            .await
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<()> {
-        self.wrote();
-        let start = Instant::now();
+        let len = u64::from(len);
         // A trimmed range is undefined afterwards; zeroing it frees the space.
-        let r = self.vol.write_zeroes(offset, u64::from(len), false).await;
-        self.io
-            .write(u64::from(len), start.elapsed().as_secs_f64(), r.is_ok());
-        r
+        self.counted_write(len, self.vol.write_zeroes(offset, len, false))
+            .await
     }
 
     async fn flush(&self) -> Result<()> {
