@@ -103,8 +103,9 @@ pub trait Record: Send + Sync {
     fn save(&self, bytes: &[u8]) -> std::io::Result<()>;
 }
 
-/// A [`Record`] in a file: written under a temporary name (its user's only, as
-/// everything in the data directory), fsynced, renamed in.
+/// A [`Record`] in a file, replaced with
+/// [`drove_types::private_fs::replace_durably`] (its user's only, as everything in
+/// the data directory).
 pub struct FileRecord(pub PathBuf);
 
 impl Record for FileRecord {
@@ -113,10 +114,7 @@ impl Record for FileRecord {
     }
 
     fn save(&self, bytes: &[u8]) -> std::io::Result<()> {
-        let tmp = self.0.with_extension("tmp");
-        drove_types::private_fs::write(&tmp, bytes)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &self.0)
+        drove_types::private_fs::replace_durably(&self.0, bytes)
     }
 }
 

@@ -89,7 +89,7 @@ pub struct SimNet {
 }
 
 /// How a leg of a call ends.
-enum Leg {
+pub(crate) enum Leg {
     /// It arrives at this instant.
     At(Instant),
     /// It is lost: the caller hears nothing.
@@ -190,7 +190,7 @@ impl SimNet {
         std::mem::take(&mut self.st.lock().traffic)
     }
 
-    fn alive(&self, id: NodeId, incarnation: u64) -> bool {
+    pub(crate) fn alive(&self, id: NodeId, incarnation: u64) -> bool {
         self.st
             .lock()
             .eps
@@ -200,7 +200,7 @@ impl SimNet {
 
     /// Send `bytes` from `from` to `to`, starting at `now`: queue on the sender's
     /// link, then the delay.
-    fn send(&self, from: NodeId, to: NodeId, bytes: u64, now: Instant) -> Leg {
+    pub(crate) fn send(&self, from: NodeId, to: NodeId, bytes: u64, now: Instant) -> Leg {
         let mut st = self.st.lock();
         if !st.reaches(from, to) {
             return Leg::Lost;
