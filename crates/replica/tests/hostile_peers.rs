@@ -12,6 +12,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use wire::*;
 
+/// The wire version this build speaks.
+const WIRE: u8 = drove_proto::WIRE_VERSION;
+
 const OTHER: ClusterId = ClusterId(0xbad);
 
 fn quick() -> ServerLimits {
@@ -220,13 +223,16 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
         panic!("not an error: {resp:?}");
     };
     assert!(
-        e.msg.contains("version 4, you speak version 1"),
+        e.msg
+            .contains(&format!("version {WIRE}, you speak version 1")),
         "{}",
         e.msg
     );
     let log = logs.text();
     assert!(
-        log.contains("Peer speaks drove wire version 1, this node speaks 4"),
+        log.contains(&format!(
+            "Peer speaks drove wire version 1, this node speaks {WIRE}"
+        )),
         "{log}"
     );
 }
@@ -236,29 +242,36 @@ async fn test_a_newer_version_is_refused_naming_both_versions() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut hello = hello_bytes(CLUSTER).to_vec();
-    hello[3] = b'5';
+    hello[3] = b'0' + WIRE + 1;
     s.write_all(&hello).await.unwrap();
     let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
         .await
         .unwrap()
         .unwrap();
     let HelloReply::Refused(why) = reply.header else {
-        panic!("welcomed version 5");
+        panic!("welcomed version {}", WIRE + 1);
     };
-    assert!(why.contains("version 5, this node speaks 4"), "{why}");
+    let want = format!("version {}, this node speaks {WIRE}", WIRE + 1);
+    assert!(why.contains(&want), "{why}");
 }
 
 #[tokio::test]
 async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() {
-    // A node of version 5 answers in its own format; a version-1 node hangs up.
+    // A node of a newer version answers in its own format; a version-1 node
+    // hangs up.
+    let mut newer = b"DRV0\0\0\0\x20\0\0\0\0".to_vec();
+    newer[3] = b'0' + WIRE + 1;
     for (answer, want) in [
         (
-            &b"DRV5\0\0\0\x20\0\0\0\0"[..],
-            "speaks drove wire version 5, this node speaks 4",
+            newer,
+            format!(
+                "speaks drove wire version {}, this node speaks {WIRE}",
+                WIRE + 1
+            ),
         ),
         (
-            &b""[..],
-            "closed the connection without answering our hello",
+            Vec::new(),
+            "closed the connection without answering our hello".to_string(),
         ),
     ] {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -267,7 +280,7 @@ async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() 
             let (mut s, _) = l.accept().await.unwrap();
             let mut buf = [0u8; 256];
             let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
-            let _ = s.write_all(answer).await;
+            let _ = s.write_all(&answer).await;
         });
         let err = pool_for(CLUSTER, addr)
             .call(
@@ -280,6 +293,6 @@ async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() 
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
-        assert!(err.to_string().contains(want), "{err}");
+        assert!(err.to_string().contains(&want), "{err}");
     }
 }
