@@ -20,6 +20,22 @@ impl MetaState {
     /// [`super::Command::UpsertNode`].
     pub(super) fn apply_upsert_node(&mut self, node: &NodeInfo, now: u64) -> ApplyResult {
         check_node(node, self.next_node_id, &self.removed)?;
+        if let Some(old) = self.map.nodes.get(&node.id) {
+            if old.witness != node.witness {
+                let (was, now_is) = match old.witness {
+                    true => ("a witness", "a data node"),
+                    false => ("a data node", "a witness"),
+                };
+                return Err((
+                    ErrorKind::Invalid,
+                    format!(
+                        "Node {} joined as {was} and cannot come back as {now_is}: \
+                         remove it (drove node leave) and join the host as a new node",
+                        node.id
+                    ),
+                ));
+            }
+        }
         self.upsert_node(node, now);
         Ok(Reply::Done)
     }
