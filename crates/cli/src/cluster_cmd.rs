@@ -41,6 +41,10 @@ pub enum ClusterCmd {
         /// redundancy leave the last space to clients' writes. Ceph's backfillfull.
         #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=100))]
         backfill_full: Option<u8>,
+        /// The I/O limits new VDIs start with (their own flags at `vdi create`
+        /// change them; VDIs made before keep theirs).
+        #[command(flatten, next_help_heading = "Default I/O limits of new VDIs")]
+        qos: crate::qos_cmd::QosArgs,
     },
     /// Verify every block checksum of every object on every up node and repair bad
     /// copies from good replicas.
@@ -158,7 +162,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             recovery_rate,
             hold_down,
             backfill_full,
+            qos,
         } => {
+            let qos = qos.parse()?;
             let hold_down_ms = match hold_down {
                 Some(secs) if !(0.0..=86400.0).contains(&secs) => {
                     return Err(crate::fail::invalid(format!(
@@ -187,6 +193,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                         hold_down_ms,
                         noout: None,
                         backfill_full_pct: backfill_full,
+                        default_qos: (!qos.is_empty_change()).then_some(qos),
                     },
                 )
                 .await?;
@@ -212,6 +219,9 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             }
             if s.noout == Some(true) {
                 println!("noout:          on (down nodes are not re-replicated)");
+            }
+            if let Some(q) = s.default_qos {
+                println!("new VDIs' I/O:  {}", q.describe());
             }
             Ok(())
         }

@@ -188,6 +188,7 @@ async fn create(ctx: &Ctx, a: &ImportDiffArgs, header: &Header) -> Result<()> {
                 home_zone: None,
                 home_copies: None,
                 write: Default::default(),
+                qos: Default::default(),
             },
         )
         .await?;

@@ -29,6 +29,7 @@ mod node_config;
 mod policy_cmd;
 mod procs;
 mod qemu_img;
+mod qos_cmd;
 mod sim_cmd;
 mod stream;
 mod sync_cmd;

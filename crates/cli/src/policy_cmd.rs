@@ -84,27 +84,51 @@ pub struct SetArgs {
     pub name: String,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub qos: crate::qos_cmd::QosArgs,
 }
 
-/// `drove vdi set NAME [--policy P] [--max-lag D] [--max-lag-bytes S]`.
+/// `drove vdi set NAME [--policy P] [--max-lag D] [--max-lag-bytes S]
+/// [--iops-limit N ...]`: the write policy, then the I/O limits.
 pub async fn set(a: SetArgs, ctx: &Ctx) -> Result<()> {
     let body = a.policy.parse()?;
-    if body.policy.is_none()
-        && body.max_lag_ms.is_none()
-        && body.max_lag_bytes.is_none()
-        && !body.reset_max_lag_ms
-        && !body.reset_max_lag_bytes
-    {
+    let qos = a.qos.parse()?;
+    let policy_change = body.policy.is_some()
+        || body.max_lag_ms.is_some()
+        || body.max_lag_bytes.is_some()
+        || body.reset_max_lag_ms
+        || body.reset_max_lag_bytes;
+    if !policy_change && qos.is_empty_change() {
         return Err(crate::fail::invalid(
-            "Nothing to change: give --policy, --max-lag or --max-lag-bytes",
+            "Nothing to change: give --policy, --max-lag, --max-lag-bytes or an I/O limit \
+             (--iops-limit, --bps-limit, their --read-/--write- forms, --burst)",
         ));
     }
-    let path = format!("/api/vdis/{}/policy", encode(&a.name));
-    let d: VdiDetail = ctx.post(&path, &body).await?;
+    let mut d: Option<VdiDetail> = None;
+    if policy_change {
+        let path = format!("/api/vdis/{}/policy", encode(&a.name));
+        d = Some(ctx.post(&path, &body).await?);
+    }
+    if !qos.is_empty_change() {
+        let path = format!("/api/vdis/{}/qos", encode(&a.name));
+        d = Some(ctx.post(&path, &qos).await?);
+    }
+    let Some(d) = d else {
+        return Ok(());
+    };
     if ctx.json {
         return print_json(&d);
     }
-    println!("VDI '{}': policy {}", d.info.name, describe(&d.info));
+    if policy_change {
+        println!("VDI '{}': policy {}", d.info.name, describe(&d.info));
+    }
+    if !qos.is_empty_change() {
+        println!(
+            "VDI '{}': I/O limits {}",
+            d.info.name,
+            d.info.qos.describe()
+        );
+    }
     Ok(())
 }
 

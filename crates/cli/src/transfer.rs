@@ -282,6 +282,7 @@ where
                 home_zone: None,
                 home_copies: None,
                 write: Default::default(),
+                qos: Default::default(),
             },
         )
         .await?;

@@ -37,6 +37,8 @@ pub enum VdiCmd {
         home_copies: Option<u8>,
         #[command(flatten)]
         policy: crate::policy_cmd::PolicyArgs,
+        #[command(flatten)]
+        qos: crate::qos_cmd::QosArgs,
     },
     /// List every VDI (snapshots and clones too), or those whose name matches GLOB.
     List {
@@ -157,9 +159,11 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
             home_zone,
             home_copies,
             policy,
+            qos,
         } => {
             let size = parse_size(&size)?;
             let policy = policy.parse()?;
+            let qos = qos.parse()?;
             if let Some(c) = copies {
                 if c == 0 || c > MAX_COPIES {
                     return Err(crate::fail::invalid(format!(
@@ -180,6 +184,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
                         home_zone,
                         home_copies,
                         write: policy,
+                        qos,
                     },
                 )
                 .await?;
@@ -443,6 +448,7 @@ fn show(ctx: &Ctx, d: &VdiDetail) -> Result<()> {
         );
     }
     println!("policy:      {}", crate::policy_cmd::describe(i));
+    println!("I/O limits:  {}", i.qos.describe());
     println!("kind:        {}", kind(i));
     if let Some(p) = i.parent {
         println!("parent id:   {p} (objects it never wrote are read from there)");

@@ -108,6 +108,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/vdis/{name}/handover", post(handover))
         .route("/api/vdis/{name}/min-copies", post(min_copies))
         .route("/api/vdis/{name}/policy", post(set_policy))
+        .route("/api/vdis/{name}/qos", post(set_qos))
         .route("/api/vdis/{name}/access", post(set_access))
         .route("/api/vdis/{name}/promote", post(promote))
         .route("/api/vdis/{name}/check", post(check_vdi))
@@ -307,6 +308,7 @@ async fn create_vdi(
             policy,
             max_lag_ms: req.write.max_lag_ms,
             max_lag_bytes: req.write.max_lag_bytes,
+            qos: req.qos,
         })
         .await?;
     let mut info = expect_vdi(reply)?;
@@ -368,6 +370,22 @@ async fn set_policy(
             reset_max_lag_ms: req.reset_max_lag_ms,
             reset_max_lag_bytes: req.reset_max_lag_bytes,
         })
+        .await?;
+    Ok(Json(detail(&a, expect_vdi(reply)?)))
+}
+
+/// `POST /api/vdis/{name}/qos`: a change of the VDI's I/O limits (a limit of 0
+/// lifts it); attached clients are held to the new limits within a second.
+async fn set_qos(
+    State(a): State<Admin>,
+    Path(name): Path<String>,
+    Json(change): Json<drove_types::Qos>,
+) -> ApiResult<api::VdiDetail> {
+    // Checked here too, so that a bad limit never becomes a Raft entry.
+    change.validate(true)?;
+    let reply = a
+        .meta
+        .execute(Command::SetVdiQos { name, qos: change })
         .await?;
     Ok(Json(detail(&a, expect_vdi(reply)?)))
 }
@@ -662,6 +680,10 @@ async fn settings(
             );
         }
     }
+    if let Some(change) = req.default_qos.filter(|q| !q.is_empty_change()) {
+        change.validate(true)?;
+        a.meta.execute(Command::SetDefaultQos(change)).await?;
+    }
     let s = a.meta.state().settings.clone();
     Ok(Json(api::Settings {
         default_copies: Some(s.default_copies),
@@ -670,6 +692,7 @@ async fn settings(
         hold_down_ms: Some(s.hold_down_ms),
         noout: Some(s.noout),
         backfill_full_pct: Some(s.backfill_full_pct),
+        default_qos: Some(s.default_qos),
     }))
 }
 

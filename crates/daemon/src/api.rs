@@ -34,6 +34,9 @@ pub struct CreateVdi {
     /// 256 MiB) for what is absent.
     #[serde(flatten)]
     pub write: Policy,
+    /// I/O limits, over the cluster's default ones (a limit of 0 lifts a default).
+    #[serde(default, skip_serializing_if = "drove_types::Qos::is_empty_change")]
+    pub qos: drove_types::Qos,
 }
 
 /// `POST /api/vdis/{name}/policy`: what to change (at least one). A policy is a
@@ -137,6 +140,10 @@ pub struct Settings {
     /// Recovery stops copying onto a node whose disk is this full (percent in use).
     #[serde(default)]
     pub backfill_full_pct: Option<u8>,
+    /// The I/O limits new VDIs start with; in a request, a change of them (a
+    /// limit of 0 lifts it).
+    #[serde(default)]
+    pub default_qos: Option<drove_types::Qos>,
 }
 
 pub use drove_meta::{check_token_name, Role};

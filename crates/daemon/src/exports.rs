@@ -8,7 +8,7 @@ use drove_metrics::{Metrics, VdiIo};
 use drove_nbd::{ClientInfo, Credential, Export, Exports, Extent};
 use drove_replica::Gateway;
 use drove_types::{format_size, Error, ErrorKind, Result, VdiInfo};
-use drove_volume::{LockService, Volume};
+use drove_volume::{Direction, LockService, Volume};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -345,6 +345,7 @@ impl Exports for VdiExports {
         );
         Ok(Arc::new(VolumeExport {
             vol,
+            metrics: self.metrics.clone(),
             io: self.metrics.vdi_io().vdi(name),
             id,
             clients: self.clients.clone(),
@@ -357,6 +358,8 @@ impl Exports for VdiExports {
 /// among the node's clients) while it lives.
 struct VolumeExport {
     vol: Arc<Volume>,
+    /// Where the time requests waited for the VDI's I/O limits is counted.
+    metrics: Arc<Metrics>,
     /// This VDI's I/O counters on this node, shared by its connections.
     io: Arc<VdiIo>,
     id: u64,
@@ -374,13 +377,30 @@ impl VolumeExport {
         }
     }
 
-    /// Run `op`, a write of `len` bytes (data, zeroes or a trim), noted as this
+    /// Wait until a request of `bytes` bytes going `dir` is within the VDI's I/O
+    /// limits, counting the wait. The VDI's latency figures (`vdi iostat`) start
+    /// after it: they are the storage's.
+    async fn admit(&self, dir: Direction, bytes: u64) {
+        let waited = self.vol.admit(dir, bytes).await;
+        if !waited.is_zero() {
+            let op = match dir {
+                Direction::Read => "read",
+                Direction::Write => "write",
+            };
+            self.metrics.qos_throttled(op, waited.as_secs_f64());
+        }
+    }
+
+    /// Run `op`, a write of `len` bytes (data, zeroes or a trim; `data` bytes of
+    /// it count against a bytes/s limit), held to the VDI's limits, noted as this
     /// client's and counted in the VDI's I/O.
     async fn counted_write(
         &self,
         len: u64,
+        data: u64,
         op: impl std::future::Future<Output = Result<()>>,
     ) -> Result<()> {
+        self.admit(Direction::Write, data).await;
         self.wrote();
         let start = Instant::now();
         let r = op.await;
@@ -413,6 +433,7 @@ impl Export for VolumeExport {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
+        self.admit(Direction::Read, u64::from(len)).await;
         let start = Instant::now();
         let r = self.vol.read(offset, len).await;
         self.io
@@ -422,20 +443,20 @@ impl Export for VolumeExport {
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
         let len = data.len() as u64;
-        self.counted_write(len, self.vol.write(offset, data, fua))
+        self.counted_write(len, len, self.vol.write(offset, data, fua))
             .await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<()> {
         let len = u64::from(len);
-        self.counted_write(len, self.vol.write_zeroes(offset, len, fua))
+        self.counted_write(len, 0, self.vol.write_zeroes(offset, len, fua))
             .await
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<()> {
         let len = u64::from(len);
         // A trimmed range is undefined afterwards; zeroing it frees the space.
-        self.counted_write(len, self.vol.write_zeroes(offset, len, false))
+        self.counted_write(len, 0, self.vol.write_zeroes(offset, len, false))
             .await
     }
 

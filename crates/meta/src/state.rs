@@ -258,11 +258,12 @@ impl MetaState {
                 policy,
                 max_lag_ms,
                 max_lag_bytes,
+                qos,
             } => {
                 let home = (home_zone.clone(), *home_copies);
                 let lag = (*policy, *max_lag_ms, *max_lag_bytes);
                 let shape = (*size, *object_size, *copies, *mode);
-                self.create_vdi(name, shape, *created, home, lag)
+                self.create_vdi(name, shape, *created, home, lag, qos)
             }
             Command::DeleteVdi { name, force } => self.delete_vdi(name, *force, now),
             Command::ResizeVdi { name, size } => self.resize_vdi(name, *size),
@@ -303,6 +304,8 @@ impl MetaState {
                 (*max_lag_bytes, *reset_max_lag_bytes),
             ),
             Command::SetVdiAccess { name, nbd_clients } => self.set_vdi_access(name, nbd_clients),
+            Command::SetVdiQos { name, qos } => self.set_vdi_qos(name, qos),
+            Command::SetDefaultQos(qos) => self.set_default_qos(qos),
             // Write locks and leases (locks.rs, lease.rs, lock_break.rs).
             Command::AcquireLock {
                 vdi,

@@ -264,6 +264,7 @@ fn create_vdi(name: &str, now: u64) -> Command {
         policy: Default::default(),
         max_lag_ms: None,
         max_lag_bytes: None,
+        qos: Default::default(),
     }
 }
 

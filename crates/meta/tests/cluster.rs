@@ -23,6 +23,7 @@ fn create(name: &str, copies: Option<u8>) -> Command {
         policy: WritePolicy::Sync,
         max_lag_ms: None,
         max_lag_bytes: None,
+        qos: Default::default(),
     }
 }
 

@@ -106,6 +106,7 @@ pub struct Metrics {
     hedge_wins: Counter,
     nbd_open: Gauge,
     nbd_refused: Family<ReasonLabels, Counter>,
+    qos_throttled: Family<OpLabels, Counter<f64, AtomicU64>>,
     wan: WanMetrics,
     meta: MetaMetrics,
     vdi_io: VdiIoTable,
@@ -214,6 +215,12 @@ impl Metrics {
             "NBD connections open now (TCP and the unix socket)",
             nbd_open.clone(),
         );
+        let qos_throttled = Family::<OpLabels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "qos_throttled_seconds",
+            "Time clients' requests waited for their VDI's I/O limits (drove vdi set --iops-limit ...), in seconds, by op (read, write)",
+            qos_throttled.clone(),
+        );
         let nbd_refused = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "nbd_connections_refused",
@@ -253,6 +260,7 @@ impl Metrics {
             hedge_wins,
             nbd_open,
             nbd_refused,
+            qos_throttled,
             wan,
             meta,
             vdi_io: VdiIoTable::default(),
@@ -392,6 +400,14 @@ impl Metrics {
     /// Count a hedged read whose answer came from the hedge.
     pub fn gateway_hedge_win(&self) {
         self.hedge_wins.inc();
+    }
+
+    /// A client's request going `op` (`read`, `write`) waited `secs` for its VDI's
+    /// I/O limits.
+    pub fn qos_throttled(&self, op: &str, secs: f64) {
+        self.qos_throttled
+            .get_or_create(&OpLabels { op: op.to_string() })
+            .inc_by(secs);
     }
 
     /// An NBD connection was accepted.

@@ -546,6 +546,7 @@ fn moved_vdi() -> drove_types::VdiInfo {
         max_lag_ms: None,
         max_lag_bytes: None,
         nbd_clients: Vec::new(),
+        qos: Default::default(),
         past_homes: vec![drove_types::PastHome {
             zone: Some("z1".into()),
             until: Epoch(5),

@@ -568,6 +568,7 @@ impl SimCluster {
             policy,
             max_lag_ms: None,
             max_lag_bytes: None,
+            qos: Default::default(),
         })?;
         match reply {
             Reply::Vdi(v) => Ok(v),

@@ -210,6 +210,11 @@ pub struct VdiInfo {
     /// snapshots and clones start with the same list.
     #[serde(default)]
     pub nbd_clients: Vec<String>,
+    /// Limits on its clients' I/O ([`crate::Qos`], `drove vdi set --iops-limit`);
+    /// unlimited by default and then not written out. Its snapshots and clones
+    /// start with the same limits.
+    #[serde(default, skip_serializing_if = "crate::Qos::is_unlimited")]
+    pub qos: crate::Qos,
 }
 
 /// A home zone a VDI had for the maps of epochs before `until`.
@@ -256,6 +261,7 @@ impl VdiInfo {
             max_lag_bytes: None,
             past_homes: Vec::new(),
             nbd_clients: Vec::new(),
+            qos: crate::Qos::default(),
         }
     }
 

@@ -46,7 +46,7 @@ impl Default for Cow {
 /// Where an object of the volume reads from.
 pub(crate) enum Source {
     /// The VDI (or parent) that has it.
-    Vdi(VdiInfo),
+    Vdi(Box<VdiInfo>),
     /// Nobody wrote it: zeros.
     Zeros,
 }
@@ -126,7 +126,7 @@ impl Cow {
         generation: Option<u64>,
     ) -> Result<Source> {
         if info.parent.is_none() || self.has(gateway, info, index, generation).await? {
-            return Ok(Source::Vdi(info.clone()));
+            return Ok(Source::Vdi(Box::new(info.clone())));
         }
         for p in parents {
             // A parent smaller than the clone (the clone grew) has nothing there.
@@ -134,7 +134,7 @@ impl Cow {
                 continue;
             }
             if self.has(gateway, p, index, None).await? {
-                return Ok(Source::Vdi(p.clone()));
+                return Ok(Source::Vdi(Box::new(p.clone())));
             }
         }
         Ok(Source::Zeros)

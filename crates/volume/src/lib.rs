@@ -8,8 +8,10 @@
 mod cow;
 pub mod lock;
 pub mod map;
+pub mod throttle;
 mod torn;
 mod volume;
 
 pub use lock::{Lease, LockService};
+pub use throttle::{Direction, Throttle};
 pub use volume::{Allocation, Volume};

@@ -52,6 +52,8 @@ pub struct Volume {
     attached: AtomicUsize,
     /// The VDI was deleted (or rolled back): every I/O fails from now on.
     gone: std::sync::atomic::AtomicBool,
+    /// Its I/O limits, which frontends hold their clients to ([`Volume::admit`]).
+    throttle: crate::Throttle,
 }
 
 impl Volume {
@@ -64,6 +66,7 @@ impl Volume {
         locks: Arc<dyn LockService>,
     ) -> Arc<Self> {
         Arc::new(Volume {
+            throttle: crate::Throttle::new(info.qos),
             view: RwLock::new((info, parents)),
             cow: Cow::default(),
             gateway,
@@ -252,7 +255,16 @@ impl Volume {
                 self.lock.set_vdi(info.id);
             }
         }
+        self.throttle.set(info.qos);
         *self.view.write() = (info, parents);
+    }
+
+    /// Wait until a client's request of `bytes` bytes going `dir` is within the
+    /// VDI's I/O limits ([`drove_types::Qos`]; all clients here share them).
+    /// Frontends call it before each request; the volume's own work (imports,
+    /// flattening, repair) is not held back. How long the request waited.
+    pub async fn admit(&self, dir: crate::Direction, bytes: u64) -> std::time::Duration {
+        self.throttle.admit(dir, bytes).await
     }
 
     /// Take a snapshot between two writes: new writes wait, those in flight finish,
@@ -339,7 +351,7 @@ impl Volume {
                 .source(&self.gateway, info, parents, e.index, held)
                 .await?
             {
-                Source::Vdi(v) => v,
+                Source::Vdi(v) => *v,
                 Source::Zeros => return Ok(Bytes::from(vec![0u8; e.len as usize])),
             }
         };

@@ -9,7 +9,8 @@
 use super::lease::LeaseExtension;
 use super::{Role, VdiLock};
 use drove_types::{
-    Epoch, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode, VdiId, VdiInfo, WritePolicy,
+    Epoch, ErrorKind, NodeId, NodeInfo, NodeState, Qos, ReplicationMode, VdiId, VdiInfo,
+    WritePolicy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +103,10 @@ pub enum Command {
         /// Zone-sync lag bound in bytes; `None`: the default.
         #[serde(default)]
         max_lag_bytes: Option<u64>,
+        /// I/O limits, over the cluster's default ([`super::Settings::default_qos`]):
+        /// a change of it ([`Qos::merged`]).
+        #[serde(default, skip_serializing_if = "Qos::is_empty_change")]
+        qos: Qos,
     },
     /// Delete a VDI by name. Refused while a writer's lease runs, unless `force`.
     DeleteVdi {
@@ -359,6 +364,18 @@ pub enum Command {
         /// Its new run.
         incarnation: u64,
     },
+    /// Change a VDI's I/O limits ([`VdiInfo::qos`]): `qos` is a change, applied
+    /// with [`Qos::merged`] (a limit of 0 lifts it). A snapshot's limits are its
+    /// clones' start, so it may be changed too. Replies [`Reply::Vdi`].
+    SetVdiQos {
+        /// VDI name.
+        name: String,
+        /// The change.
+        qos: Qos,
+    },
+    /// Change the I/O limits new VDIs get when they do not set their own
+    /// ([`super::Settings::default_qos`]), as [`Command::SetVdiQos`] changes a VDI's.
+    SetDefaultQos(Qos),
 }
 
 impl Command {
@@ -399,6 +416,8 @@ impl Command {
             Command::AddToken { .. } => "AddToken",
             Command::RemoveToken { .. } => "RemoveToken",
             Command::SetVdiAccess { .. } => "SetVdiAccess",
+            Command::SetVdiQos { .. } => "SetVdiQos",
+            Command::SetDefaultQos(_) => "SetDefaultQos",
             Command::TrimHistory { .. } => "TrimHistory",
             Command::ForgetRun { .. } => "ForgetRun",
         }

@@ -54,6 +54,7 @@ fn samples() -> Vec<Command> {
             policy: WritePolicy::default(),
             max_lag_ms: Some(500),
             max_lag_bytes: Some(1 << 20),
+            qos: Default::default(),
         },
         Command::DeleteVdi {
             name: "disk".into(),

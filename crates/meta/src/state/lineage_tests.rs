@@ -218,6 +218,7 @@ fn test_rollback_gives_a_fresh_child_of_an_ancestor_snapshot() {
             policy: WritePolicy::Sync,
             max_lag_ms: None,
             max_lag_bytes: None,
+            qos: Default::default(),
         },
         1,
     )

@@ -31,6 +31,7 @@ pub(crate) fn state_with(name: &str) -> MetaState {
             policy: WritePolicy::Sync,
             max_lag_ms: None,
             max_lag_bytes: None,
+            qos: Default::default(),
         },
         100,
     )
@@ -320,6 +321,7 @@ fn test_a_home_zone_must_exist_and_home_copies_fit() {
         policy: WritePolicy::Sync,
         max_lag_ms: None,
         max_lag_bytes: None,
+        qos: Default::default(),
     };
     let (kind, msg) = s.apply(&create("nowhere", None), 100).unwrap_err();
     assert_eq!(kind, ErrorKind::Invalid);

@@ -22,6 +22,18 @@ impl MetaState {
         Ok(Reply::Vdi(vdi.clone()))
     }
 
+    /// [`super::Command::SetVdiQos`].
+    pub(super) fn set_vdi_qos(&mut self, name: &str, change: &drove_types::Qos) -> ApplyResult {
+        change
+            .validate(true)
+            .map_err(|e| invalid(e.message().to_string()))?;
+        let Some(vdi) = Arc::make_mut(&mut self.vdis).get_mut(name) else {
+            return Err(no_vdi(name));
+        };
+        vdi.qos = vdi.qos.merged(change);
+        Ok(Reply::Vdi(vdi.clone()))
+    }
+
     pub(super) fn set_vdi_policy(
         &mut self,
         name: &str,

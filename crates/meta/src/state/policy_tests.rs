@@ -28,6 +28,7 @@ fn create(name: &str, policy: WritePolicy, ms: Option<u32>, bytes: Option<u64>) 
         policy,
         max_lag_ms: ms,
         max_lag_bytes: bytes,
+        qos: Default::default(),
     }
 }
 

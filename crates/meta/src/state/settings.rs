@@ -33,6 +33,10 @@ pub struct Settings {
     /// never held back.
     #[serde(default = "default_backfill_full_pct")]
     pub backfill_full_pct: u8,
+    /// The I/O limits a new VDI starts with (its own flags change them; `drove
+    /// cluster set --default-iops-limit`). Unlimited by default.
+    #[serde(default, skip_serializing_if = "drove_types::Qos::is_unlimited")]
+    pub default_qos: drove_types::Qos,
 }
 
 /// Default of [`Settings::backfill_full_pct`]: 90 %, between the 85 % at which
@@ -66,6 +70,7 @@ impl Default for Settings {
             hold_down_ms: DEFAULT_HOLD_DOWN_MS,
             noout: false,
             backfill_full_pct: DEFAULT_BACKFILL_FULL_PCT,
+            default_qos: drove_types::Qos::default(),
         }
     }
 }
@@ -112,6 +117,15 @@ impl MetaState {
     /// [`super::Command::SetNoout`].
     pub(super) fn set_noout(&mut self, on: bool) -> ApplyResult {
         self.settings.noout = on;
+        Ok(Reply::Done)
+    }
+
+    /// [`super::Command::SetDefaultQos`].
+    pub(super) fn set_default_qos(&mut self, change: &drove_types::Qos) -> ApplyResult {
+        change
+            .validate(true)
+            .map_err(|e| invalid(e.message().to_string()))?;
+        self.settings.default_qos = self.settings.default_qos.merged(change);
         Ok(Reply::Done)
     }
 

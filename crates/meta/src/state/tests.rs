@@ -45,6 +45,7 @@ fn create(name: &str, size: u64, copies: Option<u8>) -> Command {
         policy: WritePolicy::Sync,
         max_lag_ms: None,
         max_lag_bytes: None,
+        qos: Default::default(),
     }
 }
 
@@ -68,6 +69,7 @@ fn test_default_state_counters() {
             hold_down_ms: 60_000,
             noout: false,
             backfill_full_pct: 90,
+            default_qos: Default::default(),
         }
     );
 }
@@ -346,6 +348,7 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
             policy: WritePolicy::Sync,
             max_lag_ms: None,
             max_lag_bytes: None,
+            qos: Default::default(),
         };
         let (kind, _) = err_of(s.apply(&cmd, 0));
         assert_eq!(kind, ErrorKind::Invalid, "object size {object_size}");
@@ -363,6 +366,7 @@ fn test_create_rejects_bad_object_size_and_too_many_objects() {
         policy: WritePolicy::Sync,
         max_lag_ms: None,
         max_lag_bytes: None,
+        qos: Default::default(),
     };
     assert_eq!(err_of(s.apply(&cmd, 0)).0, ErrorKind::Invalid);
 }

@@ -142,8 +142,11 @@ impl MetaState {
         created: u64,
         (home_zone, home_copies): (Option<String>, Option<u8>),
         (policy, max_lag_ms, max_lag_bytes): (WritePolicy, Option<u32>, Option<u64>),
+        qos: &drove_types::Qos,
     ) -> ApplyResult {
         validate_name(name).map_err(|e| invalid(e.message().to_string()))?;
+        qos.validate(true)
+            .map_err(|e| invalid(e.message().to_string()))?;
         validate_max_lag(max_lag_ms, max_lag_bytes)
             .map_err(|e| invalid(e.message().to_string()))?;
         if self.vdis.contains_key(name) {
@@ -228,6 +231,7 @@ impl MetaState {
             policy,
             max_lag_ms,
             max_lag_bytes,
+            qos: self.settings.default_qos.merged(qos),
             ..VdiInfo::new(VdiId(id), name, size, object_size, copies)
         };
         self.next_vdi_id = next;
