@@ -43,6 +43,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // First of all: nothing in the directory is touched unless this node owns it.
     // It is closed to everyone else until the socket in it has its mode.
     let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
+    // The wire versions this node speaks: the build's, unless a test narrowed them.
+    let wire = drove_proto::WireRange::for_node().map_err(Error::invalid)?;
+    if wire != drove_proto::WireRange::BUILD {
+        tracing::warn!(
+            "{}: this node speaks drove wire versions {wire} only (a test hook)",
+            drove_proto::version::TEST_RANGE_ENV
+        );
+    }
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = if cfg.witness {
@@ -119,13 +127,16 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let store: Arc<dyn ObjectStore> = guarded.clone();
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
-    let pool = PeerPool::with_routes(
-        me,
-        meta.cluster_id(),
+    let pool = PeerPool::speaking(
+        drove_proto::Speaker {
+            cluster: meta.cluster_id(),
+            node: me,
+            wire,
+        },
         map.clone(),
         PeerTimeouts::default(),
         metrics.clone(),
-        cfg.data.join("peer-routes.json"),
+        Some(cfg.data.join("peer-routes.json")),
     );
     if let Some(t) = &peer_tls {
         pool.set_tls(t.frames.clone());

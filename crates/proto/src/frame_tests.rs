@@ -109,7 +109,7 @@ fn test_parts_share_the_payload_and_read_as_one_frame() {
     assert_eq!(parts.payload.as_ptr(), f.payload.as_ptr(), "payload copied");
     let bytes = [&parts.head[..], &parts.payload[..]].concat();
     assert_eq!(bytes.len(), parts.len());
-    assert_eq!(&bytes[..4], b"DRV4", "version 4 on the wire");
+    assert_eq!(&bytes[..4], b"DRV5", "the newest version on the wire");
     assert_eq!(read_all(bytes, vec![7, 4096]).unwrap(), [f]);
 }
 
@@ -133,7 +133,7 @@ fn test_flipped_bit_is_caught() {
 
 #[test]
 fn test_huge_length_is_refused_before_buffering() {
-    let mut raw = b"DRV4".to_vec();
+    let mut raw = b"DRV5".to_vec();
     raw.extend_from_slice(&u32::MAX.to_be_bytes());
     raw.extend_from_slice(&[0; 4]);
     let err = read_all(raw, vec![12]).unwrap_err();
@@ -142,14 +142,20 @@ fn test_huge_length_is_refused_before_buffering() {
 
 #[test]
 fn test_version_1_and_future_versions_are_named() {
-    for (byte, v) in [(b'1', 1u8), (b'2', 2), (b'3', 3), (b'5', 5), (b'9', 9)] {
+    for (byte, v) in [(b'1', 1u8), (b'2', 2), (b'3', 3), (b'4', 4), (b'9', 9)] {
         let mut raw = sample().encode().unwrap().to_vec();
         raw[3] = byte;
         let err = read_all(raw, vec![100]).unwrap_err();
-        assert_eq!(frame_error(&err), FrameError::Version(v));
+        assert_eq!(
+            frame_error(&err),
+            FrameError::Version {
+                got: v,
+                want: WIRE_VERSION
+            }
+        );
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("wire version {v}, this node speaks 4")),
+            msg.contains(&format!("wire version {v} where this node reads version 5")),
             "{msg}"
         );
     }
@@ -168,6 +174,7 @@ async fn test_a_frame_over_the_limit_is_refused_after_its_prefix() {
     let limits = ReadLimits {
         max_body: 1000,
         budget: None,
+        version: WIRE_VERSION,
     };
     let mut r = &bytes[..];
     let err = Frame::<PeerResp>::read_limited(&mut r, &limits)
@@ -199,6 +206,7 @@ async fn test_the_budget_is_taken_before_the_body_and_given_back() {
     let limits = ReadLimits {
         max_body: MAX_FRAME,
         budget: Some(&budget),
+        version: WIRE_VERSION,
     };
     let read_a = Frame::<PeerResp>::read_limited(&mut ra, &limits);
     let read_b = Frame::<PeerResp>::read_limited(&mut rb, &limits);
@@ -351,5 +359,29 @@ proptest! {
         let cut = 1 + cut % (raw.len() - 1);
         let err = read_all(raw[..cut].to_vec(), sizes).unwrap_err();
         prop_assert_eq!(err.kind(), IoKind::UnexpectedEof);
+    }
+}
+
+#[tokio::test]
+async fn test_a_frame_reads_only_as_the_version_it_was_written_in() {
+    let frame = sample();
+    for v in [4u8, 5] {
+        let parts = frame.encode_as(v).unwrap();
+        let mut bytes = parts.head.to_vec();
+        bytes.extend_from_slice(&parts.payload);
+        assert_eq!(bytes[3], b'0' + v);
+        for want in [4u8, 5] {
+            let limits = ReadLimits {
+                version: want,
+                ..ReadLimits::default()
+            };
+            let got = Frame::<PeerResp>::read_limited(&mut &bytes[..], &limits).await;
+            if want == v {
+                assert_eq!(got.unwrap().unwrap().0, frame);
+            } else {
+                let err = got.unwrap_err();
+                assert_eq!(frame_error(&err), FrameError::Version { got: v, want });
+            }
+        }
     }
 }

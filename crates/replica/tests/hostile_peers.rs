@@ -39,7 +39,7 @@ async fn test_a_frame_that_stalls_is_closed_after_the_deadline() {
         },
         payload: Bytes::from(vec![7u8; 1 << 20]),
     };
-    s.write_all(&req.encode().unwrap()[..1000]).await.unwrap();
+    s.write_all(&v4(&req)[..1000]).await.unwrap();
     let took = closed_within(&mut s, Duration::from_secs(10))
         .await
         .expect("a stalled frame must close its connection");
@@ -76,10 +76,7 @@ async fn test_a_hello_from_another_cluster_is_refused_logged_and_closed() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&hello_bytes(OTHER)).await.unwrap();
-    let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
-        .await
-        .unwrap()
-        .unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
     let HelloReply::Refused(why) = reply.header else {
         panic!("welcomed another cluster: {reply:?}");
     };
@@ -139,7 +136,7 @@ async fn test_a_frame_over_the_hello_limit_is_refused_unread() {
         },
         payload: Bytes::from(vec![1u8; 1 << 20]),
     };
-    let _ = s.write_all(&req.encode().unwrap()).await;
+    let _ = s.write_all(&v4(&req)).await;
     assert!(closed_within(&mut s, Duration::from_secs(5))
         .await
         .is_some());
@@ -174,7 +171,7 @@ async fn test_connections_over_the_cap_are_closed_at_once() {
     let mut c = loop {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&hello_bytes(CLUSTER)).await.unwrap();
-        if let Ok(Some(_)) = Frame::<HelloReply>::read_from(&mut s).await {
+        if let Ok(Some(_)) = read_v4::<HelloReply, _>(&mut s).await {
             break s;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -210,8 +207,8 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
     .unwrap();
     assert_eq!(&answer[..4], b"DRV1", "in version 1's format");
     // Version 1's layout is this version's but for the version digit.
-    answer[3] = b'0' + drove_proto::WIRE_VERSION;
-    let (resp, _) = Frame::<PeerResp>::read_from(&mut &answer[..])
+    answer[3] = b'0' + V4;
+    let (resp, _) = read_v4::<PeerResp, _>(&mut &answer[..])
         .await
         .unwrap()
         .unwrap();
@@ -220,41 +217,71 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
         panic!("not an error: {resp:?}");
     };
     assert!(
-        e.msg.contains("version 4, you speak version 1"),
+        e.msg.contains("versions 4-5, you speak version 1"),
         "{}",
         e.msg
     );
     let log = logs.text();
     assert!(
-        log.contains("Peer speaks drove wire version 1, this node speaks 4"),
+        log.contains("Peer speaks drove wire version 1, this node speaks versions 4-5"),
         "{log}"
     );
 }
 
 #[tokio::test]
-async fn test_a_newer_version_is_refused_naming_both_versions() {
+async fn test_a_hello_frame_of_another_version_is_refused_naming_both() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut hello = hello_bytes(CLUSTER).to_vec();
-    hello[3] = b'5';
+    hello[3] = b'7';
     s.write_all(&hello).await.unwrap();
-    let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
-        .await
-        .unwrap()
-        .unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
     let HelloReply::Refused(why) = reply.header else {
-        panic!("welcomed version 5");
+        panic!("welcomed a hello of version 7's layout");
     };
-    assert!(why.contains("version 5, this node speaks 4"), "{why}");
+    assert!(
+        why.contains("wire version 7, this node speaks versions 4-5"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn test_a_node_of_no_common_version_is_refused_logged_naming_both_ranges() {
+    let (logs, _guard) = Logs::capture();
+    let (_server, addr, _task) = start(ServerLimits::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    // A future node that speaks versions 6-7: its hello, in the frozen layout.
+    let hello = Frame {
+        id: 0,
+        header: drove_proto::Hello {
+            version: 6,
+            cluster: CLUSTER,
+            node: NodeId(9),
+        },
+        payload: Bytes::from_static(&[6, 7]),
+    };
+    s.write_all(&v4(&hello)).await.unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
+    let HelloReply::Refused(why) = reply.header else {
+        panic!("welcomed a node of versions 6-7");
+    };
+    let want = "this node speaks drove wire versions 4-5, node 9 speaks 6-7";
+    assert!(why.contains(want), "{why}");
+    assert!(closed_within(&mut s, Duration::from_secs(5))
+        .await
+        .is_some());
+    let log = logs.text();
+    assert!(log.contains(want), "{log}");
 }
 
 #[tokio::test]
 async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() {
-    // A node of version 5 answers in its own format; a version-1 node hangs up.
+    // A node that broke the hello's frozen layout answers in its own format; a
+    // version-1 node hangs up.
     for (answer, want) in [
         (
-            &b"DRV5\0\0\0\x20\0\0\0\0"[..],
-            "speaks drove wire version 5, this node speaks 4",
+            &b"DRV7\0\0\0\x20\0\0\0\0"[..],
+            "answered our hello in drove wire version 7, this node speaks versions 4-5",
         ),
         (
             &b""[..],
