@@ -273,7 +273,11 @@ pub async fn leave(ctx: &Ctx, id: u64, no_wait: bool) -> Result<()> {
         .await?;
     let down = node.state != NodeState::Up;
     if !ctx.json {
-        println!("node {id}: weight 0, its objects are being copied to the other nodes");
+        if node.witness {
+            println!("node {id} is a witness and holds no objects: nothing to copy");
+        } else {
+            println!("node {id}: weight 0, its objects are being copied to the other nodes");
+        }
     }
     if no_wait {
         return if ctx.json { print_json(&node) } else { Ok(()) };

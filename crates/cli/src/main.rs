@@ -15,6 +15,7 @@ mod diff_plan;
 mod fail;
 mod gen_cmd;
 mod heal_cmd;
+mod iostat_cmd;
 mod lineage_cmd;
 mod lock_cmd;
 mod log_file;

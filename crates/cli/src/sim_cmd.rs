@@ -84,8 +84,12 @@ pub struct FaultArgs {
     /// Threads running seeds at once [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
-    /// The kinds of fault, comma-separated: crash, cut, lose, flip.
-    #[arg(long, default_value = "crash,cut,lose,flip")]
+    /// The kinds of fault, comma-separated: crash, cut, lose, flip, power, eio,
+    /// fsync-fail, enospc, slow-disk.
+    #[arg(
+        long,
+        default_value = "crash,cut,lose,flip,power,eio,fsync-fail,enospc,slow-disk"
+    )]
     faults: String,
 }
 
@@ -191,7 +195,9 @@ fn parse_kinds(s: &str) -> Result<Vec<FaultKind>> {
     let mut v = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let Some(k) = FaultKind::parse(part) else {
-            bail!("Unknown fault '{part}' in --faults: use crash, cut, lose and flip");
+            bail!(
+                "Unknown fault '{part}' in --faults: use crash, cut, lose, flip, power, eio, fsync-fail, enospc and slow-disk"
+            );
         };
         if !v.contains(&k) {
             v.push(k);
@@ -227,6 +233,7 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
         vdis: a.vdis,
         secs: t,
         sabotage: false,
+        sabotage_flush: false,
         kinds: parse_kinds(&a.faults)?,
     };
     let threads = a

@@ -125,6 +125,10 @@ pub enum VdiCmd {
     /// it). NBD LIST shows other clients nothing of it, and its snapshots and clones
     /// start with the same list. New connections are checked; open ones stay.
     Access(crate::access_cmd::AccessArgs),
+    /// Live I/O per VDI, cluster-wide, refreshed like top: requests and bytes per
+    /// second and latency quantiles of reads and writes (`--json`: one line per
+    /// interval). Counted by the node each VDI is attached through.
+    Iostat(crate::iostat_cmd::IostatArgs),
     /// Wait until the copies outside a zone-sync VDI's home zone have every write
     /// acknowledged so far, durably (asked of the node writing it).
     Sync(crate::sync_cmd::SyncArgs),
@@ -376,6 +380,7 @@ pub async fn run(cmd: VdiCmd, ctx: &Ctx) -> Result<()> {
         VdiCmd::Set(a) => crate::policy_cmd::set(a, ctx).await,
         VdiCmd::Access(a) => crate::access_cmd::run(a, ctx).await,
         VdiCmd::Sync(a) => crate::sync_cmd::sync(a, ctx).await,
+        VdiCmd::Iostat(a) => crate::iostat_cmd::run(a, ctx).await,
         VdiCmd::Lock(c) => crate::lock_cmd::run(c, ctx).await,
         VdiCmd::Import(a) => crate::transfer::import(a, ctx).await,
         VdiCmd::Export(a) => crate::transfer::export(a, ctx).await,

@@ -257,3 +257,124 @@ fn test_witness_refuses_the_flags_of_a_data_node_on_the_command_line_and_in_a_co
         "the data directory was made"
     );
 }
+
+/// `drove node run` for node `i` of `c` on its own directory, ports and
+/// credentials, with `extra` arguments (a witness is started with `--witness`).
+fn node_run(c: &Cluster, i: usize, extra: &[&str]) -> std::process::Child {
+    let n = &c.nodes[i];
+    let mut cmd = Command::new(drove_bin());
+    cmd.args(["node", "run", "--data", &n.data, "--zone", &n.zone])
+        .args(["--listen", &n.admin, "--peer-listen", &n.peer])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(t) = &n.tls_dir {
+        cmd.args(["--tls-dir", t]);
+    }
+    if let Some(t) = &n.admin_token_file {
+        cmd.args(["--admin-token-file", t]);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Wait until `witness` is out of the map and three data nodes vote.
+fn voters_placed_without(c: &Cluster, witness: u64) {
+    wait_until(
+        Duration::from_secs(60),
+        "the voters placed on the data nodes",
+        || {
+            let s = c.status();
+            let v = ids(&s["voters"]);
+            v.len() == 3 && !v.contains(&witness)
+        },
+    );
+    let s = c.status();
+    assert!(s["map"]["nodes"].get(witness.to_string()).is_none(), "{s}");
+}
+
+/// The witness of a 2 x 2 cluster is taken out: its directory refuses to come back
+/// as a data node, `node remove` forgets it while it is down, and the voters are
+/// placed again on the data nodes (health then warns that one datacenter holds
+/// the majority).
+#[test]
+fn test_a_witness_cannot_come_back_as_a_data_node_and_is_removed_cleanly() {
+    let mut c = Cluster::start_with(tempfile::tempdir().unwrap(), 4, 2, &["--witness"]);
+    let w = 4;
+    let witness = c.nodes[w].id;
+    c.kill(w);
+    // Started again without --witness: refused before it joins, naming the role.
+    let mut child = node_run(&c, w, &["--nbd-listen", "127.0.0.1:0"]);
+    let mut status = None;
+    wait_until(Duration::from_secs(60), "the refused node to exit", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(!status.unwrap().success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("belongs to a witness") && err.contains("--witness"),
+        "{err}"
+    );
+    let list = json_of(&c, 0, &["node", "list", "--json"]);
+    let wn = &list["nodes"][witness.to_string()];
+    assert_eq!(wn["witness"], true, "{list}");
+    assert_eq!(wn["nbd_addr"], "", "{list}");
+    assert_eq!(wn["weight"], 0, "{list}");
+    // With --witness it comes back.
+    let child = node_run(&c, w, &["--witness"]);
+    c.adopt(w, child);
+    wait_until(
+        Duration::from_secs(60),
+        "the witness to serve again",
+        || c.drove(w, &["cluster", "status"]).status.success(),
+    );
+    let o = c.drove(0, &["cluster", "config", "--down-after", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.kill(w);
+    // `node remove` is for a node that is down.
+    wait_until(Duration::from_secs(60), "the witness marked down", || {
+        c.status()["map"]["nodes"][witness.to_string()]["state"] == "down"
+    });
+    let o = c.drove(0, &["node", "remove", &witness.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    voters_placed_without(&c, witness);
+    let h = health(&c, 0);
+    assert!(
+        voter_checks(&h)
+            .iter()
+            .any(|(l, m)| l == "warn" && m.contains("add a witness")),
+        "{h}"
+    );
+    // The metadata still takes changes.
+    let o = c.drove(1, &["vdi", "create", "after", "16M", "--copies", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// A running witness leaves with `node leave`: nothing to drain, its process stops,
+/// and the voters are placed again on the data nodes.
+#[test]
+fn test_a_running_witness_leaves_and_stops() {
+    let c = Cluster::start_with(tempfile::tempdir().unwrap(), 4, 2, &["--witness"]);
+    let w = 4;
+    let witness = c.nodes[w].id;
+    let o = c.drove(0, &["node", "leave", &witness.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("witness") && said.contains("holds no objects"),
+        "{said}"
+    );
+    let pid = c.nodes[w].pid;
+    wait_until(
+        Duration::from_secs(30),
+        "the witness's process to stop",
+        || {
+            reap(pid);
+            !exists(pid)
+        },
+    );
+    voters_placed_without(&c, witness);
+    let o = c.drove(1, &["vdi", "create", "after", "16M", "--copies", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -98,6 +98,8 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/status", get(status))
         .route("/api/health", get(crate::health::health))
         .route("/api/local/health", get(crate::health::local_health))
+        .route("/api/iostat", get(crate::iostat::iostat))
+        .route("/api/local/iostat", get(crate::iostat::local_iostat))
         .route("/api/vdis", get(list_vdis).post(create_vdi))
         .route("/api/vdis/{name}", get(vdi_info).delete(delete_vdi))
         .route("/api/vdis/{name}/resize", post(resize_vdi))

@@ -292,6 +292,26 @@ pub struct VdiClients {
     pub unreachable: Vec<NodeId>,
 }
 
+/// `GET /api/local/iostat`: the cumulative I/O of each VDI attached through one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeIostat {
+    /// The node that counted.
+    pub node: NodeId,
+    /// When it read its counters, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Each VDI's counters.
+    pub vdis: Vec<drove_metrics::VdiIoSample>,
+}
+
+/// `GET /api/iostat`: every up node's [`NodeIostat`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterIostat {
+    /// The nodes that answered, by id.
+    pub nodes: Vec<NodeIostat>,
+    /// Up nodes that did not answer (VDIs attached through them are missing).
+    pub unreachable: Vec<NodeId>,
+}
+
 /// `DELETE /api/vdis/{name}` query.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DeleteQuery {

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use drove_meta::Meta;
+use drove_metrics::{Metrics, VdiIo};
 use drove_nbd::{ClientInfo, Credential, Export, Exports, Extent};
 use drove_replica::Gateway;
 use drove_types::{format_size, Error, ErrorKind, Result, VdiInfo};
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drove_types::clock::unix_ms as now_ms;
+use drove_types::clock::Instant;
 
 /// How long an attach waits for another node's post-crash repair of the VDI.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(20);
@@ -32,6 +34,8 @@ pub struct VdiExports {
     gateway: Arc<Gateway>,
     locks: Arc<dyn LockService>,
     volumes: Mutex<HashMap<String, Arc<Volume>>>,
+    /// Where each VDI's I/O through this node is counted (`drove vdi iostat`).
+    metrics: Arc<Metrics>,
     /// The clients attached through this node, by connection.
     clients: Arc<Mutex<BTreeMap<u64, Attached>>>,
     next_client: AtomicU64,
@@ -47,12 +51,18 @@ struct Attached {
 }
 
 impl VdiExports {
-    pub fn new(meta: Arc<Meta>, gateway: Arc<Gateway>, locks: Arc<dyn LockService>) -> Arc<Self> {
+    pub fn new(
+        meta: Arc<Meta>,
+        gateway: Arc<Gateway>,
+        locks: Arc<dyn LockService>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
         Arc::new(VdiExports {
             meta,
             gateway,
             locks,
             volumes: Mutex::new(HashMap::new()),
+            metrics,
             clients: Arc::default(),
             next_client: AtomicU64::new(1),
         })
@@ -335,6 +345,7 @@ impl Exports for VdiExports {
         );
         Ok(Arc::new(VolumeExport {
             vol,
+            io: self.metrics.vdi_io().vdi(name),
             id,
             clients: self.clients.clone(),
             wrote: AtomicBool::new(false),
@@ -346,6 +357,8 @@ impl Exports for VdiExports {
 /// among the node's clients) while it lives.
 struct VolumeExport {
     vol: Arc<Volume>,
+    /// This VDI's I/O counters on this node, shared by its connections.
+    io: Arc<VdiIo>,
     id: u64,
     clients: Arc<Mutex<BTreeMap<u64, Attached>>>,
     /// Whether the client wrote, known here without taking the table's lock.
@@ -359,6 +372,20 @@ impl VolumeExport {
                 a.wrote = true;
             }
         }
+    }
+
+    /// Run `op`, a write of `len` bytes (data, zeroes or a trim), noted as this
+    /// client's and counted in the VDI's I/O.
+    async fn counted_write(
+        &self,
+        len: u64,
+        op: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        self.wrote();
+        let start = Instant::now();
+        let r = op.await;
+        self.io.write(len, start.elapsed().as_secs_f64(), r.is_ok());
+        r
     }
 }
 
@@ -386,26 +413,34 @@ impl Export for VolumeExport {
     }
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes> {
-        self.vol.read(offset, len).await
+        let start = Instant::now();
+        let r = self.vol.read(offset, len).await;
+        self.io
+            .read(u64::from(len), start.elapsed().as_secs_f64(), r.is_ok());
+        r
     }
 
     async fn write(&self, offset: u64, data: Bytes, fua: bool) -> Result<()> {
-        self.wrote();
-        self.vol.write(offset, data, fua).await
+        let len = data.len() as u64;
+        self.counted_write(len, self.vol.write(offset, data, fua))
+            .await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u32, fua: bool) -> Result<()> {
-        self.wrote();
-        self.vol.write_zeroes(offset, u64::from(len), fua).await
+        let len = u64::from(len);
+        self.counted_write(len, self.vol.write_zeroes(offset, len, fua))
+            .await
     }
 
     async fn trim(&self, offset: u64, len: u32) -> Result<()> {
-        self.wrote();
+        let len = u64::from(len);
         // A trimmed range is undefined afterwards; zeroing it frees the space.
-        self.vol.write_zeroes(offset, u64::from(len), false).await
+        self.counted_write(len, self.vol.write_zeroes(offset, len, false))
+            .await
     }
 
     async fn flush(&self) -> Result<()> {
+        self.io.flush();
         self.vol.flush().await
     }
 

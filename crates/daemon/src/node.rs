@@ -43,6 +43,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     // First of all: nothing in the directory is touched unless this node owns it.
     // It is closed to everyone else until the socket in it has its mode.
     let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
+    // A witness's directory never comes back as a data node's, nor the reverse.
+    crate::role::check(&cfg.data, cfg.witness)?;
     // The wire versions this node speaks: the build's, unless a test narrowed them.
     let wire = drove_proto::WireRange::for_node().map_err(Error::invalid)?;
     if wire != drove_proto::WireRange::BUILD {
@@ -161,7 +163,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let settler = crate::settle::Settler::new(meta.clone(), cfg.lock_lease);
     settler.set_recoverer(recoverer.clone());
     let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease, settler);
-    let exports = VdiExports::new(meta.clone(), gateway, locks);
+    let exports = VdiExports::new(meta.clone(), gateway, locks, metrics.clone());
 
     let admin_router = meta.public_router().merge(admin::router(Admin {
         meta: meta.clone(),
@@ -230,6 +232,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let recovery_task = tokio::spawn(recoverer.clone().run());
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let clean_of = recoverer.clone();
+    let iostat_task = tokio::spawn(crate::iostat::publish(metrics.clone()));
     // A full disk does not make the node unhealthy: it stays up and serves reads,
     // and writes that need new space there fail with ENOSPC (see
     // drove_objstore's reserve). Marking it down would move its objects onto disks
@@ -323,6 +326,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     scrub_task.abort();
     health_task.abort();
     disk_task.abort();
+    iostat_task.abort();
     peer_task.abort();
     admin_task.abort();
     outcome

@@ -3,7 +3,9 @@
 //! node's id. Every write is one redb transaction committed with immediate
 //! durability (fsync before `commit` returns), which is what Raft needs for votes and
 //! log entries. Writes run on the blocking pool so an fsync never stalls a runtime
-//! worker; reads are served from redb's cache inline.
+//! worker; reads are served from redb's cache inline. In the simulator the file is
+//! a [`crate::MemDisk`] on the simulated node's disk, and writes run on the calling
+//! task (no thread to wait for: the order of events stays the seed's).
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -64,6 +66,8 @@ impl DbError {
 #[derive(Clone)]
 pub(crate) struct Db {
     db: Arc<Database>,
+    /// Writes run on the calling task (a disk in memory, which never blocks).
+    inline: bool,
 }
 
 impl Db {
@@ -81,11 +85,26 @@ impl Db {
         let db = Database::builder()
             .create_file(file)
             .map_err(redb::Error::from)?;
+        Db::with_tables(db, false)
+    }
+
+    /// Open or create the database on `disk`, in memory.
+    pub(crate) fn open_mem(disk: crate::MemDisk) -> Result<Db, DbError> {
+        let db = Database::builder()
+            .create_with_backend(disk)
+            .map_err(redb::Error::from)?;
+        Db::with_tables(db, true)
+    }
+
+    fn with_tables(db: Database, inline: bool) -> Result<Db, DbError> {
         let txn = db.begin_write().map_err(redb::Error::from)?;
         txn.open_table(LOGS).map_err(redb::Error::from)?;
         txn.open_table(KV).map_err(redb::Error::from)?;
         txn.commit().map_err(redb::Error::from)?;
-        Ok(Db { db: Arc::new(db) })
+        Ok(Db {
+            db: Arc::new(db),
+            inline,
+        })
     }
 
     /// Run `f` in one write transaction on the blocking pool and commit durably.
@@ -94,6 +113,12 @@ impl Db {
         F: FnOnce(&WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
     {
         let db = self.db.clone();
+        if self.inline {
+            let txn = db.begin_write().map_err(redb::Error::from)?;
+            f(&txn)?;
+            txn.commit().map_err(redb::Error::from)?;
+            return Ok(());
+        }
         tokio::task::spawn_blocking(move || -> Result<(), DbError> {
             let began = std::time::Instant::now();
             let txn = db.begin_write().map_err(redb::Error::from)?;

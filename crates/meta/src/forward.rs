@@ -229,7 +229,10 @@ mod tests {
                 held.push(s);
             }
         });
-        let client = crate::meta::http_client(None, None, None).unwrap();
+        let client = Client {
+            net: crate::HttpNet::new(None, None).unwrap(),
+            cluster: None,
+        };
         let f = Arc::new(Forwarder::new(
             client,
             Duration::from_secs(60),

@@ -31,8 +31,6 @@
 //! needed any more.
 use crate::meta::Meta;
 use crate::state::Command;
-use axum::extract::State;
-use axum::Json;
 use drove_types::clock::Instant;
 use drove_types::{ClusterMap, Epoch, NodeId, NodeState};
 use parking_lot::Mutex;
@@ -181,22 +179,22 @@ impl Health {
     }
 }
 
-/// `POST /meta/heartbeat`: recorded by whoever receives it; only the leader's record
-/// is ever used, and senders aim at the leader.
-pub(crate) async fn receive(
-    State(meta): State<Arc<Meta>>,
-    Json(hb): Json<Heartbeat>,
-) -> Json<bool> {
-    // Only members' heartbeats are kept: the table must not grow with made-up ids.
-    if meta.state().map.node(hb.node).is_some() {
-        meta.health.record(hb);
-    } else {
-        tracing::debug!(node = %hb.node, "ignored a heartbeat from a node not in the map");
+impl Meta {
+    /// `POST /meta/heartbeat`: recorded by whoever receives it; only the leader's
+    /// record is ever used, and senders aim at the leader. True from a leader that
+    /// a majority acknowledged lately.
+    pub(crate) fn receive_heartbeat(&self, hb: Heartbeat) -> bool {
+        // Only members' heartbeats are kept: the table must not grow with made-up ids.
+        if self.state().map.node(hb.node).is_some() {
+            self.health.record(hb);
+        } else {
+            tracing::debug!(node = %hb.node, "ignored a heartbeat from a node not in the map");
+        }
+        // True from a leader that a majority acknowledged lately: the sender may then
+        // say it knows a working metadata cluster.
+        let leading = self.status().leader == Some(self.node_id());
+        leading && self.quorum_age().is_some_and(|a| a < QUORUM_FRESH)
     }
-    // True from a leader that a majority acknowledged lately: the sender may then
-    // say it knows a working metadata cluster.
-    let leading = meta.status().leader == Some(meta.node_id());
-    Json(leading && meta.quorum_age().is_some_and(|a| a < QUORUM_FRESH))
 }
 
 /// How recent a majority's acknowledgement must be for a node to say it has one.
@@ -244,21 +242,17 @@ impl Meta {
         let Some(addr) = self.raft_addr(leader.0) else {
             return;
         };
-        let url = self.client.url(&addr, "/meta/heartbeat");
         let res = self
             .client
-            .post(&url)
-            .timeout(HEARTBEAT_EVERY)
-            .json(&hb)
-            .send()
+            .post_json(&addr, "/meta/heartbeat", &hb, HEARTBEAT_EVERY)
             .await;
         match res {
             Ok(r) => {
-                if let Ok(true) = r.json::<bool>().await {
+                if let Ok(true) = serde_json::from_slice::<bool>(&r.body) {
                     *self.health.confirmed.lock() = Some(Instant::now());
                 }
             }
-            Err(e) => tracing::debug!("heartbeat to {url} failed: {e}"),
+            Err(e) => tracing::debug!("heartbeat to {addr} failed: {}", e.why()),
         }
     }
 

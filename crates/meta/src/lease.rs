@@ -26,8 +26,6 @@ use crate::remote::{post, retry, Attempt, Wire};
 use crate::state::lease::{lease_of, LeaseExtension};
 use crate::state::{no_vdi, Command, MetaState, VdiLock, MAX_CLOCK_SKEW_MS, MAX_LEASE_MS};
 use crate::types::Request;
-use axum::extract::State;
-use axum::Json;
 use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind, NodeId, Result, VdiId};
 use parking_lot::Mutex;
@@ -265,7 +263,7 @@ impl Meta {
 
     /// On the leader: confirm the leadership, catch up with the read index, then
     /// check and record the renewal.
-    async fn local_renew(&self, r: &Renew) -> Wire<VdiLock> {
+    pub(crate) async fn local_renew(&self, r: &Renew) -> Wire<VdiLock> {
         let index = match self.local_read_index().await {
             Wire::Ok(i) => i,
             Wire::Err { kind, msg } => return Wire::Err { kind, msg },
@@ -298,17 +296,6 @@ impl Meta {
             }
         }
     }
-}
-
-/// `POST /meta/renew`: answered by the leader only.
-pub(crate) async fn serve(
-    State(meta): State<Arc<Meta>>,
-    Json(r): Json<Renew>,
-) -> Json<Wire<VdiLock>> {
-    if meta.is_closed() {
-        return Json(Wire::unavailable("Metadata service stopped"));
-    }
-    Json(meta.local_renew(&r).await)
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! drove's cluster metadata: the cluster map with its epoch history, the VDI table and
 //! the settings, kept as a replicated state machine on `openraft` and persisted in a
-//! local redb file. Raft RPCs and internal calls travel as HTTP on each node's admin
-//! listener ([`Meta::router`]). Only metadata goes through Raft, never data: the data
+//! local redb file. Raft RPCs and internal calls between nodes go through one seam,
+//! [`MetaNet`] (HTTPS on each node's peer port in production, [`Meta::router`]; the
+//! simulated network in the simulator), and are answered by one dispatcher,
+//! [`Meta::serve`]. Only metadata goes through Raft, never data: the data
 //! path reads the map and VDI records from [`Meta::state`] / [`Meta::watch`] and asks
 //! the metadata nothing per I/O.
 //!
@@ -20,14 +22,19 @@ mod dedup;
 mod forward;
 mod health;
 mod http;
+mod http_net;
 mod lease;
 mod log_store;
+mod mem_disk;
 mod membership;
 mod meta;
+mod net;
 mod network;
 mod raft_checks;
 mod read;
 mod remote;
+mod runtime;
+mod serve;
 mod startup;
 mod state;
 mod state_machine;
@@ -41,8 +48,11 @@ mod write;
 pub use api::{MetaApi, MetaFuture};
 pub use client_req::{in_client_request, with_client_request, ClientRequestId, EXTERNAL_CLIENT};
 pub use health::{Heartbeat, QUORUM_FRESH};
+pub use http_net::HttpNet;
 pub use lease::Renew;
+pub use mem_disk::MemDisk;
 pub use meta::{random_u64, Meta};
+pub use net::{MetaNet, Method, NetAnswer, NetCall, NetError, NetFuture};
 pub use state::lease::LeaseExtension;
 pub use state::tokens::{check_token_name, MAX_TOKENS};
 pub use state::{

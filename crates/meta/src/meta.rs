@@ -4,6 +4,7 @@
 //! [`Meta::ready`]) because peers need this node's router served to elect a leader.
 use crate::db::{keys, Db, DbError};
 use crate::log_store::LogStore;
+use crate::net::MetaNet;
 use crate::network::Network;
 use crate::startup::{allocate_node_id, ask_cluster_id, Progress};
 use crate::state::MetaState;
@@ -13,20 +14,16 @@ use crate::{MetaConfig, MetaStatus};
 use drove_types::clock::Instant;
 use drove_types::{ClusterId, Error, NodeId, Result};
 use parking_lot::Mutex;
-use std::hash::BuildHasher;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// How long `open` waits for the redb file lock (held by a previous instance of this
 /// node in the same process that is still shutting down).
 const DB_LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// Connect timeout of internal HTTP calls; a refused or silent peer is retried later.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The metadata service of one node.
 pub struct Meta {
@@ -70,9 +67,10 @@ pub(crate) fn unix_now_ms() -> u64 {
     drove_types::clock::unix_ms()
 }
 
-/// A random id for this process's requests (std's hasher keys are random).
+/// A random id for this process's requests (seeded on a simulator's thread:
+/// [`drove_types::random`]).
 pub fn random_u64() -> u64 {
-    std::collections::hash_map::RandomState::new().hash_one((SystemTime::now(), std::process::id()))
+    drove_types::random::u64()
 }
 
 fn db_error(what: &str, e: DbError) -> Error {
@@ -90,44 +88,6 @@ async fn open_db(path: &Path) -> Result<Db> {
             Err(e) => return Err(db_error(&format!("Cannot open {}", path.display()), e)),
         }
     }
-}
-
-/// The HTTP client of internal calls, naming `cluster` in a header on every request;
-/// over mutual TLS when `tls` is given (the admin API's public hello stays plain).
-pub(crate) fn http_client(
-    cluster: Option<ClusterId>,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    routes: Option<&std::path::PathBuf>,
-) -> Result<crate::remote::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(id) = cluster {
-        let value = reqwest::header::HeaderValue::from_str(&id.to_hex())
-            .map_err(|e| Error::invalid(format!("Bad cluster id header: {e}")))?;
-        headers.insert(crate::remote::CLUSTER_HEADER, value);
-    }
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let tls = tls.cloned();
-    let build = move || {
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // Admin listeners close connections silent for 60 s (drove-daemon's
-            // http_listen); letting go of pooled ones at 30 s keeps a call from being
-            // sent on a connection the other node is closing.
-            .pool_idle_timeout(Duration::from_secs(30))
-            .http1_only()
-            .default_headers(headers.clone());
-        if let Some(tls) = &tls {
-            builder = builder.use_preconfigured_tls(rustls::ClientConfig::clone(tls));
-        }
-        builder.build()
-    };
-    let http = build().map_err(|e| Error::unavailable(format!("Cannot build HTTP client: {e}")))?;
-    Ok(crate::remote::Client {
-        http: Arc::new(parking_lot::Mutex::new(http)),
-        make: Arc::new(move || build().ok()),
-        scheme,
-        routes: routes.map(|p| crate::remote::Routes::new(p.clone())),
-    })
 }
 
 /// The cluster id of this data directory: the stored one; else a new one for a node
@@ -148,9 +108,7 @@ async fn cluster_id(db: &Db, has_node_id: bool, joined: Option<ClusterId>) -> Re
         }
         (None, None) => {
             let mut bytes = [0u8; 16];
-            getrandom::fill(&mut bytes).map_err(|e| {
-                Error::unavailable(format!("No random bytes for a cluster id: {e}"))
-            })?;
+            drove_types::random::fill(&mut bytes);
             let id = ClusterId(u128::from_be_bytes(bytes));
             tracing::info!(cluster = %id, "new cluster id");
             id
@@ -210,12 +168,33 @@ impl Meta {
     /// node id from that cluster (so the join address must answer); on an existing
     /// directory it reuses the persisted id, log, vote and snapshot.
     pub async fn open(cfg: MetaConfig) -> Result<Arc<Meta>> {
+        let net = crate::HttpNet::new(cfg.tls.clone(), cfg.routes.clone())?;
+        Meta::open_on(cfg, net).await
+    }
+
+    /// [`Meta::open`], reaching the other nodes through `net` (see [`MetaNet`]).
+    pub async fn open_on(cfg: MetaConfig, net: Arc<dyn MetaNet>) -> Result<Arc<Meta>> {
         let dir = cfg.data_dir.join("meta");
         // The metadata names every VDI and holds its keys' wrappings: its user only.
         drove_types::private_fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("Cannot create {}", dir.display()), e))?;
         let db = open_db(&dir.join("raft.redb")).await?;
-        let client = http_client(None, cfg.tls.as_ref(), cfg.routes.as_ref())?;
+        Meta::start(cfg, net, db).await
+    }
+
+    /// [`Meta::open_on`] with the metadata's file on `disk`, in memory (a simulated
+    /// node's disk); `cfg.data_dir` is not used.
+    pub async fn open_in_memory(
+        cfg: MetaConfig,
+        net: Arc<dyn MetaNet>,
+        disk: crate::MemDisk,
+    ) -> Result<Arc<Meta>> {
+        let db = Db::open_mem(disk).map_err(|e| db_error("Cannot open the metadata disk", e))?;
+        Meta::start(cfg, net, db).await
+    }
+
+    async fn start(cfg: MetaConfig, net: Arc<dyn MetaNet>, db: Db) -> Result<Arc<Meta>> {
+        let mut client = crate::remote::Client { net, cluster: None };
         // Node-made request ids keep the top bit clear (clients' have it set).
         let client_id = random_u64() & !crate::client_req::EXTERNAL_CLIENT;
         let stored: Option<u64> = db
@@ -236,7 +215,7 @@ impl Meta {
         let cluster = cluster_id(&db, stored.is_some(), joining.as_ref().map(|j| j.0)).await?;
         let join_internal = joining.map(|j| j.1);
         // Every internal call from here on names the cluster; receivers refuse others.
-        let client = http_client(Some(cluster), cfg.tls.as_ref(), cfg.routes.as_ref())?;
+        client.cluster = Some(cluster);
         let id = match (stored, &cfg.join) {
             (Some(id), _) => id,
             (None, None) => 1,

@@ -1,6 +1,7 @@
 //! The client side of Raft RPCs: openraft's [`RaftNetworkFactory`] / [`RaftNetwork`]
-//! over HTTP POST of JSON to `http://{addr}/raft/{append,vote,snapshot}` on the
-//! peer's admin listener. Transport failures are mapped so openraft backs off from a
+//! as JSON posted to `/raft/{append,vote,snapshot}` at the peer's Raft address,
+//! through the node's [`crate::MetaNet`] (HTTPS in production, the simulated network
+//! in the simulator). Transport failures are mapped so openraft backs off from a
 //! node that is down (`Unreachable`) and retries at once after a glitch (`Network`).
 use crate::types::TypeConfig;
 use openraft::error::{
@@ -64,29 +65,26 @@ impl Conn {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = self.client.url(&self.node.addr, &format!("/raft/{path}"));
+        let path = format!("/raft/{path}");
+        let url = self.client.url(&self.node.addr, &path);
         let resp = self
             .client
-            .post(&url)
-            .timeout(timeout)
-            .json(req)
-            .send()
+            .post_json(&self.node.addr, &path, req, timeout)
             .await
             .map_err(|e| {
                 // A refused connection or a silent peer: back off instead of spinning.
-                if e.is_connect() || e.is_timeout() {
-                    RPCError::Unreachable(Unreachable::new(&e))
+                let err = std::io::Error::other(e.why().to_string());
+                if e.is_silence() {
+                    RPCError::Unreachable(Unreachable::new(&err))
                 } else {
-                    RPCError::Network(NetworkError::new(&e))
+                    RPCError::Network(NetworkError::new(&err))
                 }
             })?;
-        if !resp.status().is_success() {
-            let err = std::io::Error::other(format!("{url} answered HTTP {}", resp.status()));
+        if !resp.is_success() {
+            let err = std::io::Error::other(format!("{url} answered HTTP {}", resp.status));
             return Err(RPCError::Network(NetworkError::new(&err)));
         }
-        let res: Result<Resp, RaftError<u64, E>> = resp
-            .json()
-            .await
+        let res: Result<Resp, RaftError<u64, E>> = serde_json::from_slice(&resp.body)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         res.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(

@@ -7,11 +7,8 @@
 //! leader to a majority, never an fsync.
 use crate::meta::{Meta, ToLeader};
 use crate::remote::{post, retry, Attempt, Wire};
-use axum::extract::State;
-use axum::Json;
 use drove_types::clock::Instant;
 use drove_types::{Error, Result};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long the leader is given to confirm its leadership for one read.
@@ -77,12 +74,4 @@ impl Meta {
             )),
         }
     }
-}
-
-/// `POST /meta/read-index`: answered by the leader only.
-pub(crate) async fn serve(State(meta): State<Arc<Meta>>) -> Json<Wire<Option<u64>>> {
-    if meta.is_closed() {
-        return Json(Wire::unavailable("Metadata service stopped"));
-    }
-    Json(meta.local_read_index().await)
 }

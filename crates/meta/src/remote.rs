@@ -2,12 +2,12 @@
 //! to the leader (`POST /meta/write`) and a join request (`POST /meta/join`). Both are
 //! served only by the leader; any other node answers [`Wire::NotLeader`] with the
 //! leader's address when it knows it, and the caller retries there.
+use crate::net::{MetaNet, Method, NetAnswer, NetCall, NetError};
 use crate::state::ApplyResult;
 use drove_types::clock::Instant;
 use drove_types::{Error, ErrorKind};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,80 +61,52 @@ pub(crate) struct Hello {
     pub internal: Option<String>,
 }
 
-/// The HTTP client of internal calls, and the scheme they use: `https` when the
-/// peer ports speak mutual TLS.
+/// The way to other nodes of one node's metadata: its [`MetaNet`] and the cluster
+/// every call names (`None` before this node knows it: a joining node's hello).
 #[derive(Clone)]
 pub(crate) struct Client {
-    /// Replaced (with its pool of kept-alive connections) when the routes change,
-    /// so no call keeps going straight to an address that is now routed.
-    pub http: Arc<parking_lot::Mutex<reqwest::Client>>,
-    pub make: Arc<dyn Fn() -> Option<reqwest::Client> + Send + Sync>,
-    pub scheme: &'static str,
-    pub routes: Option<Arc<Routes>>,
-}
-
-/// The node's routes file (peer address -> address to dial instead, what the peer
-/// pool also follows: WAN emulation sends cross-zone traffic through delay
-/// proxies), read again when its modification time changes.
-pub(crate) struct Routes {
-    path: std::path::PathBuf,
-    seen: parking_lot::Mutex<(Option<std::time::SystemTime>, HashMap<String, String>)>,
-}
-
-impl Routes {
-    pub fn new(path: std::path::PathBuf) -> Arc<Routes> {
-        Arc::new(Routes {
-            path,
-            seen: Default::default(),
-        })
-    }
-
-    /// Where to dial `addr`, and whether the table changed since the last call.
-    fn route(&self, addr: &str) -> (Option<String>, bool) {
-        let modified = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
-        let mut seen = self.seen.lock();
-        let changed = seen.0 != modified;
-        if changed {
-            let table = std::fs::read(&self.path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<HashMap<String, String>>(&b).ok())
-                .unwrap_or_default();
-            *seen = (modified, table);
-        }
-        (seen.1.get(addr).cloned(), changed)
-    }
+    pub net: Arc<dyn MetaNet>,
+    pub cluster: Option<drove_types::ClusterId>,
 }
 
 impl Client {
-    /// The URL of `path` on the internal routes at `addr` (or where the routes file
-    /// sends it).
+    /// `path` at `addr` as the messages name it (`https://host:port/meta/write`).
     pub fn url(&self, addr: &str, path: &str) -> String {
-        let (routed, changed) = match &self.routes {
-            Some(r) => r.route(addr),
-            None => (None, false),
+        format!("{}://{addr}{path}", self.net.scheme())
+    }
+
+    /// Make one call to the routes at `addr`.
+    pub async fn send(
+        &self,
+        addr: &str,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<NetAnswer, NetError> {
+        let call = NetCall {
+            method,
+            path: path.to_string(),
+            cluster: self.cluster,
+            body,
+            timeout,
         };
-        if changed {
-            if let Some(fresh) = (self.make)() {
-                *self.http.lock() = fresh;
-            }
-        }
-        let addr = routed.as_deref().unwrap_or(addr);
-        format!("{}://{addr}{path}", self.scheme)
+        self.net.call(addr, call).await
     }
 
-    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
-        self.http.lock().post(url)
-    }
-
-    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
-        self.http.lock().get(url)
+    /// POST `body` as JSON to `path` at `addr`.
+    pub async fn post_json<Req: Serialize + ?Sized>(
+        &self,
+        addr: &str,
+        path: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<NetAnswer, NetError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| NetError::Connect(format!("{path}: cannot encode the call: {e}")))?;
+        self.send(addr, Method::Post, path, body, timeout).await
     }
 }
-
-/// The HTTP header that carries the sender's cluster id on every internal call.
-pub(crate) const CLUSTER_HEADER: &str = "x-drove-cluster";
 
 /// A node asking to become a member (learner, then voter while there is room).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -238,50 +210,39 @@ where
     T: DeserializeOwned,
 {
     let url = client.url(addr, path);
-    let resp = match client.post(&url).timeout(timeout).json(body).send().await {
+    let resp = match client.post_json(addr, path, body, timeout).await {
         Ok(r) => r,
         Err(e) => {
             return Err(NoAnswer {
-                why: format!("{url}: {}", cause(&e)),
-                maybe_delivered: !e.is_connect(),
+                why: e.why().to_string(),
+                maybe_delivered: e.maybe_delivered(),
                 missing_route: false,
             })
         }
     };
-    if resp.status() == reqwest::StatusCode::FORBIDDEN {
+    if resp.status == 403 {
         // Refused for good (another cluster): the body says why.
-        return Ok(resp.json::<Wire<T>>().await.unwrap_or_else(|_| Wire::Err {
-            kind: ErrorKind::Invalid,
-            msg: format!("{url} refused the call"),
-        }));
+        return Ok(
+            serde_json::from_slice::<Wire<T>>(&resp.body).unwrap_or_else(|_| Wire::Err {
+                kind: ErrorKind::Invalid,
+                msg: format!("{url} refused the call"),
+            }),
+        );
     }
-    if !resp.status().is_success() {
+    if !resp.is_success() {
         // A route the receiver does not have never reached a handler.
-        let missing_route = resp.status() == reqwest::StatusCode::NOT_FOUND;
+        let missing_route = resp.status == 404;
         return Err(NoAnswer {
-            why: format!("{url} answered HTTP {}", resp.status()),
+            why: format!("{url} answered HTTP {}", resp.status),
             maybe_delivered: !missing_route,
             missing_route,
         });
     }
-    resp.json::<Wire<T>>().await.map_err(|e| NoAnswer {
+    serde_json::from_slice::<Wire<T>>(&resp.body).map_err(|e| NoAnswer {
         why: format!("{url}: bad answer: {e}"),
         maybe_delivered: true,
         missing_route: false,
     })
-}
-
-/// The root cause of a failed call ("Connection refused (os error 111)"): reqwest's
-/// own message only names the URL, which the caller already says.
-pub(crate) fn cause(e: &reqwest::Error) -> String {
-    let mut cur: &dyn std::error::Error = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    if e.is_timeout() {
-        return format!("timed out ({cur})");
-    }
-    cur.to_string()
 }
 
 /// Call `once` until it succeeds, fails for good, or `deadline` passes. `once` gets

@@ -5,7 +5,8 @@
 //! idempotent and retried with backoff until it succeeds, because after a full
 //! cluster restart nodes come up in any order and must wait for each other.
 use crate::meta::{unix_now, Meta};
-use crate::remote::{cause, post, retry, retry_with, Attempt, JoinRequest, Role, Written};
+use crate::net::Method;
+use crate::remote::{post, retry, retry_with, Attempt, JoinRequest, Role, Written};
 use crate::state::{Command, Reply};
 use crate::types::{Request, RequestId};
 use drove_types::clock::Instant;
@@ -53,7 +54,7 @@ pub(crate) async fn ask_cluster_id(
 ) -> Result<crate::remote::Hello> {
     // The admin API speaks HTTPS when the nodes have certificates (then the
     // client has them too: the scheme of its internal calls).
-    let url = format!("{}://{join}/meta/hello", client.scheme);
+    let url = client.url(join, "/meta/hello");
     let what = format!("Cannot learn the cluster id from {join}");
     let not_drove = |why: String| {
         Attempt::Fail(Error::invalid(format!(
@@ -67,36 +68,40 @@ pub(crate) async fn ask_cluster_id(
         let not_drove = &not_drove;
         async move {
             let resp = match client
-                .get(url)
-                .timeout(crate::write::FORWARD_TIMEOUT)
-                .send()
+                .send(
+                    join,
+                    Method::Get,
+                    "/meta/hello",
+                    Vec::new(),
+                    crate::write::FORWARD_TIMEOUT,
+                )
                 .await
             {
                 Ok(r) => r,
                 // Nothing there yet, or not answering yet: worth waiting for.
-                Err(e) if e.is_connect() || e.is_timeout() => {
+                Err(e) if e.is_silence() => {
                     return Attempt::Retry {
                         hint: None,
-                        why: format!("{url}: {}", cause(&e)),
+                        why: e.why().to_string(),
                     }
                 }
                 // Connected, but no HTTP answer came back.
-                Err(e) => return not_drove(format!("{url}: {}", cause(&e))),
+                Err(e) => return not_drove(e.why().to_string()),
             };
-            let status = resp.status();
-            if status.is_server_error() {
+            let status = resp.status;
+            if status >= 500 {
                 // A drove node answers 5xx only while it cannot serve yet.
                 return Attempt::Retry {
                     hint: None,
                     why: format!("{url} answered HTTP {status}"),
                 };
             }
-            if !status.is_success() {
+            if !resp.is_success() {
                 return not_drove(format!("{url} answered HTTP {status}"));
             }
-            match resp.json::<crate::remote::Hello>().await {
+            match serde_json::from_slice::<crate::remote::Hello>(&resp.body) {
                 Ok(h) => Attempt::Done(h),
-                Err(e) => not_drove(format!("{url} answered something else: {}", cause(&e))),
+                Err(e) => not_drove(format!("{url} answered something else: {e}")),
             }
         }
     })

@@ -36,6 +36,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = BasicNode,
         SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = crate::runtime::DroveRuntime,
 );
 
 /// The Raft handle.

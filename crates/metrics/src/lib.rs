@@ -14,8 +14,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 mod meta;
+pub mod vdi_io;
 mod wan;
 pub use meta::MetaMetrics;
+pub use vdi_io::{VdiIo, VdiIoSample, VdiIoTable};
 pub use wan::WanMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -106,6 +108,16 @@ pub struct Metrics {
     nbd_refused: Family<ReasonLabels, Counter>,
     wan: WanMetrics,
     meta: MetaMetrics,
+    vdi_io: VdiIoTable,
+    vdi_iops: Family<VdiOpLabels, Gauge<f64, AtomicU64>>,
+    vdi_bps: Family<VdiOpLabels, Gauge<f64, AtomicU64>>,
+}
+
+/// A VDI (or `_other`, the sum of the rest) and an operation (read, write).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VdiOpLabels {
+    vdi: String,
+    op: String,
 }
 
 /// Why a connection was refused.
@@ -211,6 +223,20 @@ impl Metrics {
         );
         let wan = WanMetrics::register(&mut registry);
         let meta = MetaMetrics::register(&mut registry);
+        let vdi_iops = Family::<VdiOpLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "vdi_iops",
+            "Requests per second of the busiest VDIs through this gateway over the last \
+             window, by operation (the rest summed as vdi=\"_other\")",
+            vdi_iops.clone(),
+        );
+        let vdi_bps = Family::<VdiOpLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "vdi_bytes_per_second",
+            "Bytes per second of the busiest VDIs through this gateway over the last \
+             window, by operation (the rest summed as vdi=\"_other\")",
+            vdi_bps.clone(),
+        );
         Arc::new(Metrics {
             registry,
             nbd,
@@ -229,7 +255,51 @@ impl Metrics {
             nbd_refused,
             wan,
             meta,
+            vdi_io: VdiIoTable::default(),
+            vdi_iops,
+            vdi_bps,
         })
+    }
+
+    /// The I/O counters of every VDI through this gateway.
+    pub fn vdi_io(&self) -> &VdiIoTable {
+        &self.vdi_io
+    }
+
+    /// Close a window of `secs` seconds of per-VDI I/O and publish its rates: the
+    /// `top` busiest VDIs by requests each under their name, the others summed as
+    /// `_other` (so the series stay bounded whatever the number of VDIs; `_other` is
+    /// shown, at 0, when there are no others).
+    pub fn publish_vdi_window(&self, secs: f64, top: usize) {
+        let window = self.vdi_io.window();
+        self.vdi_iops.clear();
+        self.vdi_bps.clear();
+        let secs = secs.max(1e-3);
+        let mut other = VdiIoSample {
+            vdi: "_other".to_string(),
+            ..Default::default()
+        };
+        let mut shown: Vec<&VdiIoSample> = Vec::new();
+        for (i, s) in window.iter().enumerate() {
+            if i < top {
+                shown.push(s);
+            } else {
+                other.add(s);
+            }
+        }
+        // Always there (0 when every VDI is named), so the series exist from the
+        // first window on.
+        shown.push(&other);
+        for s in shown {
+            for (op, o) in [("read", &s.read), ("write", &s.write)] {
+                let l = VdiOpLabels {
+                    vdi: s.vdi.clone(),
+                    op: op.to_string(),
+                };
+                self.vdi_iops.get_or_create(&l).set(o.ops as f64 / secs);
+                self.vdi_bps.get_or_create(&l).set(o.bytes as f64 / secs);
+            }
+        }
     }
 
     /// Record one NBD request: `op` is `read`, `write`, `flush`, `trim`, ...
@@ -413,6 +483,45 @@ mod tests {
         assert!(!text.contains("vdi=\"b\""), "{text}");
         m.wan().lags(&[]);
         assert!(!m.encode().contains("vdi=\"a\""));
+    }
+
+    #[test]
+    fn test_per_vdi_rates_show_the_busiest_and_sum_the_rest() {
+        let m = Metrics::new();
+        for (name, n) in [("a", 30), ("b", 20), ("c", 10), ("d", 5)] {
+            let io = m.vdi_io().vdi(name);
+            for _ in 0..n {
+                io.write(4096, 1e-4, true);
+            }
+        }
+        m.publish_vdi_window(10.0, 2);
+        let text = m.encode();
+        for line in [
+            "drove_vdi_iops{vdi=\"a\",op=\"write\"} 3.0",
+            "drove_vdi_iops{vdi=\"b\",op=\"write\"} 2.0",
+            "drove_vdi_iops{vdi=\"_other\",op=\"write\"} 1.5",
+            "drove_vdi_bytes_per_second{vdi=\"a\",op=\"write\"} 12288.0",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        assert!(!text.contains("vdi=\"c\""), "{text}");
+        // With no VDI at all, `_other` says 0: the series exist from the start.
+        let fresh = Metrics::new();
+        fresh.publish_vdi_window(10.0, 2);
+        assert!(
+            fresh
+                .encode()
+                .contains("drove_vdi_iops{vdi=\"_other\",op=\"read\"} 0.0"),
+            "{}",
+            fresh.encode()
+        );
+        // The next window had nothing: every series says 0, none is left over.
+        m.publish_vdi_window(10.0, 2);
+        let text = m.encode();
+        assert!(
+            text.contains("drove_vdi_iops{vdi=\"a\",op=\"write\"} 0.0"),
+            "{text}"
+        );
     }
 
     #[test]

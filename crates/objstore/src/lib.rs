@@ -38,6 +38,7 @@ mod faulty;
 mod file;
 mod guard;
 mod layout;
+mod lies;
 mod mem;
 mod objfile;
 mod space;

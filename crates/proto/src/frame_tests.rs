@@ -142,7 +142,14 @@ fn test_huge_length_is_refused_before_buffering() {
 
 #[test]
 fn test_version_1_and_future_versions_are_named() {
-    for (byte, v) in [(b'1', 1u8), (b'2', 2), (b'3', 3), (b'4', 4), (b'9', 9)] {
+    for (byte, v) in [
+        (b'1', 1u8),
+        (b'2', 2),
+        (b'3', 3),
+        (b'4', 4),
+        (b'6', 6),
+        (b'9', 9),
+    ] {
         let mut raw = sample().encode().unwrap().to_vec();
         raw[3] = byte;
         let err = read_all(raw, vec![100]).unwrap_err();

@@ -155,6 +155,22 @@ pub enum PeerReq {
         /// outside the home zone after the map moved on. Never above `epoch`.
         made: Epoch,
     },
+    /// Read `len` bytes of the receiver's copy of `oid` at `offset` whatever the
+    /// copy's state, pending included, to mend another copy's rotten blocks: the
+    /// answer is [`PeerResp::Data`], or `Corrupt` when they fail their checksums.
+    /// A [`PeerReq::Read`] of a pending copy is refused, and after a whole-site
+    /// power loss every copy is pending (each node's host booted since its clean
+    /// epoch): copies torn in one block then asked each other for it forever.
+    MendRead {
+        /// Object.
+        oid: ObjectId,
+        /// Offset inside the object.
+        offset: u64,
+        /// Length.
+        len: u32,
+        /// The asker's epoch.
+        epoch: Epoch,
+    },
 }
 
 /// One replica's view of one object, for recovery and `vdi check`.
@@ -190,7 +206,8 @@ impl PeerReq {
             | PeerReq::Digest { epoch, .. }
             | PeerReq::Fetch { epoch, .. }
             | PeerReq::Repair { epoch, .. }
-            | PeerReq::Create { epoch, .. } => *epoch,
+            | PeerReq::Create { epoch, .. }
+            | PeerReq::MendRead { epoch, .. } => *epoch,
         }
     }
 
@@ -218,6 +235,7 @@ impl PeerReq {
             PeerReq::Fetch { .. } => "fetch",
             PeerReq::Repair { .. } => "repair",
             PeerReq::Create { .. } => "create",
+            PeerReq::MendRead { .. } => "mend_read",
         }
     }
 }

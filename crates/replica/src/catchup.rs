@@ -103,8 +103,9 @@ pub trait Record: Send + Sync {
     fn save(&self, bytes: &[u8]) -> std::io::Result<()>;
 }
 
-/// A [`Record`] in a file: written under a temporary name (its user's only, as
-/// everything in the data directory), fsynced, renamed in.
+/// A [`Record`] in a file, replaced with
+/// [`drove_types::private_fs::replace_durably`] (its user's only, as everything in
+/// the data directory).
 pub struct FileRecord(pub PathBuf);
 
 impl Record for FileRecord {
@@ -113,10 +114,7 @@ impl Record for FileRecord {
     }
 
     fn save(&self, bytes: &[u8]) -> std::io::Result<()> {
-        let tmp = self.0.with_extension("tmp");
-        drove_types::private_fs::write(&tmp, bytes)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &self.0)
+        drove_types::private_fs::replace_durably(&self.0, bytes)
     }
 }
 
@@ -129,6 +127,10 @@ struct Inner {
     unknown: bool,
     /// The last epoch at which nothing held here was pending.
     clean_epoch: Epoch,
+    /// The host booted since the record was written and this run has not been
+    /// clean yet: writes this node took before that boot and had not flushed
+    /// may be gone from its copies ([`CatchUp::lost_unflushed`]).
+    lost_unflushed: bool,
 }
 
 /// The catch-up state of this node's store.
@@ -182,6 +184,7 @@ impl CatchUp {
                 pending: HashSet::new(),
                 unknown: true,
                 clean_epoch: Epoch(clean),
+                lost_unflushed: rebooted,
             }),
             epoch_tx,
             stripes: (0..STRIPES)
@@ -266,8 +269,19 @@ impl CatchUp {
             r.save(&body)
                 .map_err(|e| Error::io("Cannot write the recovery record", e))?;
         }
-        self.lock().clean_epoch = epoch;
+        let mut inner = self.lock();
+        inner.clean_epoch = epoch;
+        inner.lost_unflushed = false;
         Ok(())
+    }
+
+    /// Whether writes this node took before its host's last boot and had not
+    /// flushed may be gone from its copies: the host booted since the recovery
+    /// record was written (a power loss), and the node has not been clean since.
+    /// Such a node's own copy then answers for no epoch's writes in recovery: it
+    /// took them, but may have lost them (`drove sim faults --seed 205`).
+    pub fn lost_unflushed(&self) -> bool {
+        self.lock().lost_unflushed
     }
 
     /// Wait until this node has caught up with `epoch` (bounded by [`EPOCH_WAIT`]);
@@ -369,11 +383,14 @@ mod tests {
             CatchUp::with_record(file(), boot("a")).clean_epoch(),
             Epoch(7)
         );
+        assert!(!CatchUp::with_record(file(), boot("a")).lost_unflushed());
         // The host booted since (a power loss): what was not flushed is gone.
-        assert_eq!(
-            CatchUp::with_record(file(), boot("b")).clean_epoch(),
-            Epoch(0)
-        );
+        let after = CatchUp::with_record(file(), boot("b"));
+        assert_eq!(after.clean_epoch(), Epoch(0));
+        assert!(after.lost_unflushed(), "its own copies vouch for nothing");
+        // Clean again in this boot: its copies were recovered and flushed.
+        after.set_clean(Epoch(9)).unwrap();
+        assert!(!after.lost_unflushed());
         // A record without a boot (written before boots were recorded) is not
         // trusted on a host that knows its boot; an unknown boot trusts it.
         std::fs::write(&path, br#"{"clean_epoch":5}"#).unwrap();

@@ -398,6 +398,19 @@ impl LocalStore {
                 }
                 Ok((PeerResp::Digests(out), Bytes::new()))
             }
+            &PeerReq::MendRead {
+                oid,
+                offset,
+                len,
+                epoch,
+            } => {
+                self.vdi_for(oid, offset, u64::from(len)).await?;
+                self.catchup.admit_epoch(epoch, false).await?;
+                // No write half applied: the copy as it stands between writes.
+                let _held = self.catchup.copy_lock(oid).await;
+                let data = blocking(store, move |s| s.read_bytes(oid, offset, len)).await?;
+                Ok((PeerResp::Data, data))
+            }
             &PeerReq::Fetch {
                 oid,
                 len,

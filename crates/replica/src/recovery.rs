@@ -670,7 +670,13 @@ impl Recoverer {
             let zone_sync = vdi.policy == WritePolicy::ZoneSync;
             let readable = |n: NodeId| {
                 if n == self.me {
-                    return vouches(n, &mine, best, zone_sync, &near);
+                    // A copy whose host lost power since it took writes answers
+                    // for none of them: the unflushed ones may be gone. Counted,
+                    // node 9, back from a power loss with its copy's version, the
+                    // peers that took the write after it down, vouched for its own
+                    // stale copy, made it current, and the others recovered from
+                    // it (`drove sim faults --seed 205`: two writes lost).
+                    return !cu.lost_unflushed() && vouches(n, &mine, best, zone_sync, &near);
                 }
                 digests
                     .iter()
@@ -771,7 +777,9 @@ impl Recoverer {
             // Whether every other copy of the version fails this block too.
             let mut torn_everywhere = true;
             for &n in &order {
-                let req = PeerReq::Read {
+                // Whatever the copy's state: after a whole-site power loss every
+                // copy is pending, and a plain read of one is refused.
+                let req = PeerReq::MendRead {
                     oid,
                     offset: b * BLOCK_SIZE,
                     len: BLOCK_SIZE as u32,

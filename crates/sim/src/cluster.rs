@@ -13,7 +13,7 @@
 use drove_daemon::{MetaLocks, MetaMembership, Settler};
 use drove_meta::{Command, MetaState, Renew, Reply};
 use drove_metrics::Metrics;
-use drove_objstore::{MemStore, ObjectStore};
+use drove_objstore::{GuardedStore, MemStore, ObjectStore};
 use drove_replica::catchup::CatchUp;
 use drove_replica::{Catalog, Gateway, LocalStore, MapCell, Recoverer, View};
 use drove_types::{
@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::disk::NodeDisk;
 use crate::model::Model;
 use crate::net::{SimNet, SimTransport};
 
@@ -52,8 +53,14 @@ pub enum Disks {
     Model,
 }
 
-/// A node's disk, and the same disk as a `MemStore` when it is one.
-type Disk = (Arc<dyn ObjectStore>, Option<Arc<MemStore>>);
+/// A node's disk: a lying `MemStore` with its recovery record, or a model's store.
+enum Disk {
+    Memory(NodeDisk),
+    Model(Arc<dyn ObjectStore>),
+}
+
+/// How often a node looks at its store's latch (crates/daemon/src/disk.rs).
+const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// One running incarnation of a node.
 pub struct SimNode {
@@ -61,10 +68,13 @@ pub struct SimNode {
     pub id: NodeId,
     /// Its zone (0-based).
     pub zone: usize,
-    /// Its disk.
+    /// Its store (behind drove's `GuardedStore` on a memory disk, as a daemon's).
     pub store: Arc<dyn ObjectStore>,
-    /// The same disk when it is a `MemStore` (to flip its blocks).
+    /// The disk under it when it is a `MemStore` (to flip its blocks, make it lie).
     pub mem: Option<Arc<MemStore>>,
+    /// The guard over it, which latches once the disk failed.
+    pub guard: Option<Arc<GuardedStore>>,
+    disk: Option<NodeDisk>,
     /// Its replica side.
     pub local: Arc<LocalStore>,
     /// Its gateway, through which its clients (VMs) read and write.
@@ -150,8 +160,8 @@ impl SimCluster {
                 .expect("a fresh state takes its nodes");
         }
         for id in 1..=n {
-            let (store, mem) = c.new_disk();
-            c.start_node(NodeId(id), store, mem);
+            let disk = c.new_disk();
+            c.start_node(NodeId(id), disk);
         }
         c.publish();
         c
@@ -192,17 +202,31 @@ impl SimCluster {
     fn new_disk(&self) -> Disk {
         let size = u64::from(self.object_size);
         match self.disks {
-            Disks::Memory => {
-                let m = Arc::new(MemStore::new(size));
-                (m.clone(), Some(m))
-            }
-            Disks::Model => (Arc::new(crate::sizestore::SizeStore::new(size)), None),
+            Disks::Memory => Disk::Memory(NodeDisk::new(size)),
+            Disks::Model => Disk::Model(Arc::new(crate::sizestore::SizeStore::new(size))),
         }
     }
 
-    fn start_node(&self, id: NodeId, store: Arc<dyn ObjectStore>, mem: Option<Arc<MemStore>>) {
+    fn start_node(&self, id: NodeId, disk: Disk) {
         let zone = self.model().zone_of(id.0);
-        let local = LocalStore::with_catchup(store.clone(), CatchUp::open(None));
+        let (store, mem, guard, catchup, disk): (Arc<dyn ObjectStore>, _, _, _, _) = match disk {
+            Disk::Memory(d) => {
+                let guard = Arc::new(GuardedStore::new(
+                    d.mem.clone(),
+                    format!("/sim/node-{id}/store"),
+                ));
+                let catchup = CatchUp::with_record(Some(d.record()), Some(d.boot_id()));
+                (
+                    guard.clone(),
+                    Some(d.mem.clone()),
+                    Some(guard),
+                    catchup,
+                    Some(d),
+                )
+            }
+            Disk::Model(s) => (s, None, None, CatchUp::open(None), None),
+        };
+        let local = LocalStore::with_catchup(store.clone(), catchup);
         let transport = self.net.attach(id, zone, local.clone());
         let map = Arc::new(MapCell::new(self.meta.lock().map.clone()));
         let gateway = Gateway::new(
@@ -220,7 +244,11 @@ impl SimCluster {
         );
         gateway.set_membership(Arc::new(MetaMembership(meta.clone())));
         let recoverer = Recoverer::new(id, local.clone(), transport.clone());
-        let tasks = vec![tokio::spawn(recoverer.clone().run())];
+        let mut tasks = vec![tokio::spawn(recoverer.clone().run())];
+        if let Some(g) = &guard {
+            let (cluster, g) = (self.this.clone(), g.clone());
+            tasks.push(tokio::spawn(mark_down_when_failed(cluster, id, g)));
+        }
         let settler = Settler::new(meta.clone(), LOCK_LEASE);
         settler.set_recoverer(recoverer.clone());
         let locks = MetaLocks::new(meta.clone(), LOCK_LEASE, settler.clone());
@@ -229,6 +257,8 @@ impl SimCluster {
             zone,
             store,
             mem,
+            guard,
+            disk,
             local,
             gateway,
             recoverer,
@@ -255,23 +285,69 @@ impl SimCluster {
         // The disk as it is at the crash: work the dead incarnation still has
         // under way (it never runs again, but a request may be half applied) does
         // not reach the restarted one.
-        let (store, mem) = self.new_disk();
-        copy_store(node.store.as_ref(), store.as_ref(), self.object_size);
-        if let (Some(from), Some(to)) = (&node.mem, &mem) {
-            for (oid, block) in from.corrupt_blocks() {
-                to.corrupt_block(oid, block);
+        let disk = match &node.disk {
+            Some(d) => Disk::Memory(d.after_crash()),
+            None => {
+                let Disk::Model(store) = self.new_disk() else {
+                    return;
+                };
+                copy_store(node.store.as_ref(), store.as_ref(), self.object_size);
+                Disk::Model(store)
             }
-        }
-        self.crashed.lock().insert(id, (store, mem));
+        };
+        self.crashed.lock().insert(id, disk);
     }
 
     /// Start node `id` again after a crash, on the disk it had then.
     pub fn restart(&self, id: NodeId) {
-        let Some((store, mem)) = self.crashed.lock().remove(&id) else {
+        let Some(disk) = self.crashed.lock().remove(&id) else {
             return;
         };
-        self.start_node(id, store, mem);
+        self.start_node(id, disk);
         self.publish();
+    }
+
+    /// Node `id`'s host loses power (its process crashes if it runs): its disk
+    /// keeps only what was flushed, but for what the kernel wrote back on its own,
+    /// torn at block granularity (`chance` draws which). It stays off until
+    /// [`SimCluster::restart`]. The objects that had unflushed changes.
+    pub fn power_off(&self, id: NodeId, chance: &mut dyn FnMut(f64) -> bool) -> usize {
+        if self.net.is_up(id) {
+            self.crash(id);
+        }
+        match self.crashed.lock().get_mut(&id) {
+            Some(Disk::Memory(d)) => d.power_loss(chance),
+            _ => 0,
+        }
+    }
+
+    /// Node `id` (stopped if it runs) gets a new, empty disk in place of its own:
+    /// every copy it held is lost for good. It starts with [`SimCluster::restart`].
+    pub fn replace_disk(&self, id: NodeId) {
+        if self.net.is_up(id) {
+            self.crash(id);
+        }
+        let disk = self.new_disk();
+        self.crashed.lock().insert(id, disk);
+    }
+
+    /// Run `f` on the disk of node `id` while it is off (a memory disk).
+    pub fn with_off_disk(&self, id: NodeId, f: impl FnOnce(&MemStore)) {
+        if let Some(Disk::Memory(d)) = self.crashed.lock().get(&id) {
+            f(&d.mem);
+        }
+    }
+
+    /// Whether node `id` runs with a store its guard latched (its disk failed).
+    pub fn disk_failed(&self, id: NodeId) -> bool {
+        self.node(id)
+            .and_then(|n| n.guard.clone())
+            .is_some_and(|g| g.failure().is_some())
+    }
+
+    /// Whether node `id` is off, crashed or powered off, awaiting a restart.
+    pub fn is_off(&self, id: NodeId) -> bool {
+        self.crashed.lock().contains_key(&id)
     }
 
     /// Whether node `id` reaches the metadata's majority.
@@ -416,7 +492,9 @@ impl SimCluster {
         let map = self.meta.lock().map.clone();
         let mut verdicts = Vec::new();
         for n in map.nodes.values() {
-            let reachable = self.reaches_meta(n.id);
+            // A node whose disk failed says it is unhealthy in its heartbeats
+            // (crates/daemon/src/disk.rs): the detector keeps it down.
+            let reachable = self.reaches_meta(n.id) && !self.disk_failed(n.id);
             if reachable {
                 unreachable_since.remove(&n.id);
                 if n.state == NodeState::Down {
@@ -597,6 +675,31 @@ pub struct Vm {
     pub node: NodeId,
     /// The lock generation it writes under.
     pub generation: u64,
+}
+
+/// What a daemon does once its store failed (crates/daemon/src/disk.rs): mark
+/// itself down through the metadata, and again whenever the map shows it up.
+async fn mark_down_when_failed(cluster: Weak<SimCluster>, me: NodeId, store: Arc<GuardedStore>) {
+    loop {
+        tokio::time::sleep(LOOK_EVERY).await;
+        let Some(c) = cluster.upgrade() else { return };
+        let Some(f) = store.failure() else { continue };
+        let up = c
+            .node(me)
+            .is_some_and(|n| n.map().node(me).is_some_and(|x| x.state == NodeState::Up));
+        if !up {
+            continue;
+        }
+        let cmd = Command::SetNodeState {
+            id: me,
+            state: NodeState::Down,
+            reason: format!("by the node itself: {}", f.first),
+            hold_ms: 0,
+        };
+        if c.command_from(me, cmd).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 /// Copy every object of `from` (bytes and version) into `to`. Blocks that fail

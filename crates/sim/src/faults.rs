@@ -52,6 +52,10 @@ pub struct FaultOpts {
     /// replica: a run that must fail (the test that the checks can).
     #[serde(skip)]
     pub sabotage: bool,
+    /// Make every disk's flush succeed without making anything durable: a run
+    /// with power losses that must fail (the test that the durability check can).
+    #[serde(skip)]
+    pub sabotage_flush: bool,
     /// The kinds of fault injected.
     pub kinds: Vec<FaultKind>,
 }
@@ -68,18 +72,35 @@ pub enum FaultKind {
     Lose,
     /// A block of a replica flips on its disk.
     Flip,
+    /// A node, a zone or the whole site loses power: what was not flushed is
+    /// lost, but for blocks written back on their own, torn at block granularity.
+    Power,
+    /// A block of a node's disk reads EIO (a latent sector error).
+    Eio,
+    /// A node's next fsync fails, forgetting the pages it did not write.
+    FsyncFail,
+    /// A node's disk fills up.
+    Enospc,
+    /// A node's disk takes seconds per fsync.
+    SlowDisk,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Crash,
         FaultKind::Cut,
         FaultKind::Lose,
         FaultKind::Flip,
+        FaultKind::Power,
+        FaultKind::Eio,
+        FaultKind::FsyncFail,
+        FaultKind::Enospc,
+        FaultKind::SlowDisk,
     ];
 
-    /// The kind named `s` (crash, cut, lose, flip).
+    /// The kind named `s` (crash, cut, lose, flip, power, eio, fsync-fail,
+    /// enospc, slow-disk).
     pub fn parse(s: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == s)
     }
@@ -91,6 +112,11 @@ impl FaultKind {
             FaultKind::Cut => "cut",
             FaultKind::Lose => "lose",
             FaultKind::Flip => "flip",
+            FaultKind::Power => "power",
+            FaultKind::Eio => "eio",
+            FaultKind::FsyncFail => "fsync-fail",
+            FaultKind::Enospc => "enospc",
+            FaultKind::SlowDisk => "slow-disk",
         }
     }
 }
@@ -103,6 +129,7 @@ impl Default for FaultOpts {
             vdis: 4,
             secs: 40,
             sabotage: false,
+            sabotage_flush: false,
             kinds: FaultKind::ALL.to_vec(),
         }
     }
@@ -185,11 +212,34 @@ pub fn run_seed_within(seed: u64, opts: &FaultOpts, limit: Duration) -> anyhow::
     }))
 }
 
-/// One write of a block: its number and when it was acknowledged.
-#[derive(Debug, Clone, Copy)]
+/// One write of a block: its number, when it was acknowledged, and whether it is
+/// durable (written with FUA, or acknowledged before an acknowledged flush).
+#[derive(Debug, Clone)]
 struct Rec {
     seq: u64,
     acked_at: Option<Instant>,
+    durable: bool,
+    /// The nodes the map placed the block's object on (and had up) when the
+    /// write was acknowledged: the copies that took it.
+    holders: Vec<NodeId>,
+}
+
+/// Nodes whose page cache, or whole disk, was lost at an instant: a power loss
+/// (what was not flushed is gone) or a replaced disk (everything is).
+#[derive(Debug, Clone)]
+struct Loss {
+    at: Instant,
+    nodes: Vec<NodeId>,
+}
+
+/// Whether write `r` of the VM on node `vm` may be gone without any fault of
+/// drove's: it is not durable, and since it was acknowledged either every copy
+/// that took it lost its page cache, or the VM's own host lost power (the VM died
+/// with it, and what it never flushed it may not find again: a disk's promise).
+fn lost_with_power(r: &Rec, losses: &[Loss], vm: NodeId) -> bool {
+    let Some(t) = r.acked_at else { return true };
+    let lost = |n: &NodeId| losses.iter().any(|l| l.at >= t && l.nodes.contains(n));
+    !r.durable && ((!r.holders.is_empty() && r.holders.iter().all(lost)) || lost(&vm))
 }
 
 /// What a client did, for the checks.
@@ -207,6 +257,7 @@ struct Client {
     node: NodeId,
     policy: WritePolicy,
     book: Mutex<Book>,
+    losses: Arc<Mutex<Vec<Loss>>>,
 }
 
 /// A fault's window on a zone, for the zone-sync exemption.
@@ -226,6 +277,14 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         ..Model::default()
     };
     let cluster = SimCluster::new(model.clone(), OBJECT_SIZE, Disks::Memory);
+    if opts.sabotage_flush {
+        for id in cluster.node_ids() {
+            if let Some(m) = cluster.node(id).and_then(|n| n.mem.clone()) {
+                m.pretend_flushes();
+            }
+        }
+    }
+    let losses: Arc<Mutex<Vec<Loss>>> = Arc::default();
     let start = Instant::now();
     let n = model.nodes() as u64;
     let mut clients = Vec::new();
@@ -246,6 +305,7 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
             node,
             policy,
             book: Mutex::new(Book::default()),
+            losses: losses.clone(),
         }));
     }
     let end = start + Duration::from_secs(opts.secs);
@@ -266,7 +326,19 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         let r = Rng::new(seed ^ (0x5eed_0000 + i as u64));
         handles.push(tokio::spawn(client(c, cl, r, end)));
     }
-    let faults = inject(&cluster, &mut rng, (start, end), &hits, &opts.kinds).await;
+    let faults = {
+        let mut inj = Injector {
+            c: &cluster,
+            hits: &hits,
+            losses: &losses,
+            start,
+            out: Vec::new(),
+            replaced: 0,
+            power: opts.kinds.contains(&FaultKind::Power),
+        };
+        inj.run(&mut rng, end, &opts.kinds).await;
+        inj.out
+    };
     for h in handles {
         let _ = h.await;
     }
@@ -281,11 +353,12 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         sabotage(&cluster, &clients);
     }
     let hits = hits.lock().clone();
+    let losses = losses.lock().clone();
     let mut acked = 0;
     let mut failed = 0;
     let mut reads = 0;
     for cl in &clients {
-        let (a, f, r) = final_check(&cluster, cl, &hits, &mut violations).await;
+        let (a, f, r) = final_check(&cluster, cl, (&hits, &losses), &mut violations).await;
         acked += a;
         failed += f;
         reads += r;
@@ -343,103 +416,317 @@ fn failed_setup(seed: u64, why: String) -> SeedReport {
     }
 }
 
-/// The faults of a run, one after the other, each healed before the next.
-async fn inject(
-    c: &Arc<SimCluster>,
-    rng: &mut Rng,
-    (start, end): (Instant, Instant),
-    hits: &Mutex<Vec<Hit>>,
-    kinds: &[FaultKind],
-) -> Vec<String> {
-    if kinds.is_empty() {
-        return Vec::new();
+/// How many disks a run may replace (each loses every copy it held for good):
+/// copies - 1, the most the redundancy covers.
+const REPLACED_MAX: usize = 2;
+
+/// Chance that a power loss comes while another fault is under way (when power
+/// losses are among the run's kinds).
+const POWER_DURING: f64 = 0.3;
+
+/// What injects a run's faults, and what it has done.
+struct Injector<'a> {
+    c: &'a Arc<SimCluster>,
+    hits: &'a Mutex<Vec<Hit>>,
+    losses: &'a Mutex<Vec<Loss>>,
+    start: Instant,
+    out: Vec<String>,
+    /// Disks replaced so far.
+    replaced: usize,
+    /// Whether power losses are among the kinds (they also come during others).
+    power: bool,
+}
+
+impl Injector<'_> {
+    /// The zone a fault hits, from now for `dur`.
+    fn hit(&self, zone: usize, dur: Duration) {
+        let at = Instant::now();
+        self.hits.lock().push(Hit {
+            zone,
+            at,
+            until: at + dur,
+        });
     }
-    let model = c.model().clone();
-    let n = model.nodes() as u64;
-    let mut out = Vec::new();
-    let mut t = start + Duration::from_secs(2 + rng.below(4));
-    while t + Duration::from_secs(6) < end {
-        tokio::time::sleep_until(t).await;
-        let at = (t - start).as_millis();
-        let dur = Duration::from_millis(2000 + rng.below(10_000));
-        // The zone a fault hits, from now for `dur`.
-        let hit = |zone| {
-            hits.lock().push(Hit {
-                zone,
-                at: t,
-                until: t + dur,
-            })
-        };
-        match kinds[rng.below(kinds.len() as u64) as usize] {
-            FaultKind::Crash => {
-                let id = NodeId(1 + rng.below(n));
-                hit(model.zone_of(id.0));
-                out.push(format!(
-                    "{at} ms: node {id} crashes for {} ms",
-                    dur.as_millis()
-                ));
-                c.crash(id);
-                tokio::time::sleep(dur).await;
-                c.restart(id);
+
+    fn say(&mut self, what: String) {
+        let at = (Instant::now() - self.start).as_millis();
+        self.out.push(format!("{at} ms: {what}"));
+    }
+
+    /// A node that runs, at random (none when every node is off).
+    fn running(&self, rng: &mut Rng) -> Option<NodeId> {
+        let up: Vec<NodeId> = self
+            .c
+            .node_ids()
+            .into_iter()
+            .filter(|&id| self.c.net.is_up(id))
+            .collect();
+        (!up.is_empty()).then(|| up[rng.below(up.len() as u64) as usize])
+    }
+
+    /// Wait `dur` while a fault is under way; with power losses among the kinds,
+    /// one may come meanwhile.
+    async fn hold(&mut self, rng: &mut Rng, dur: Duration) {
+        if !(self.power && rng.chance(POWER_DURING)) {
+            tokio::time::sleep(dur).await;
+            return;
+        }
+        let t0 = Instant::now();
+        let first = Duration::from_millis(rng.below(dur.as_millis() as u64 / 2 + 1));
+        tokio::time::sleep(first).await;
+        self.power_loss(rng).await;
+        tokio::time::sleep_until(t0 + dur).await;
+    }
+
+    /// One node, one zone or the whole site loses power, and comes back after a
+    /// while (quick, before the failure detector notices, half the time). Nodes
+    /// already off lose their page cache too, and are left off.
+    async fn power_loss(&mut self, rng: &mut Rng) {
+        let model = self.c.model().clone();
+        let (ids, scope): (Vec<NodeId>, String) = match rng.below(10) {
+            0..=4 => {
+                let id = NodeId(1 + rng.below(model.nodes() as u64));
+                (vec![id], format!("node {id}"))
             }
-            FaultKind::Cut => {
+            5..=7 => {
                 let z = rng.below(model.zones as u64) as usize;
-                hit(z);
-                out.push(format!(
-                    "{at} ms: zone {} is cut off for {} ms",
-                    Model::zone_name(z),
-                    dur.as_millis()
-                ));
-                c.net.set_cut(z, true);
-                tokio::time::sleep(dur).await;
-                c.net.set_cut(z, false);
-                c.publish();
-            }
-            FaultKind::Lose => {
-                let z = rng.below(model.zones as u64) as usize;
-                hit(z);
-                out.push(format!(
-                    "{at} ms: zone {} is lost (every node crashes) for {} ms",
-                    Model::zone_name(z),
-                    dur.as_millis()
-                ));
-                let ids: Vec<NodeId> = c
+                let ids = self
+                    .c
                     .node_ids()
                     .into_iter()
                     .filter(|id| model.zone_of(id.0) == z)
                     .collect();
-                for &id in &ids {
+                (ids, format!("zone {}", Model::zone_name(z)))
+            }
+            _ => (self.c.node_ids(), "the whole site".to_string()),
+        };
+        let off = if rng.chance(0.5) {
+            Duration::from_millis(200 + rng.below(2000))
+        } else {
+            Duration::from_millis(2000 + rng.below(8000))
+        };
+        let mut zones: Vec<usize> = ids.iter().map(|id| model.zone_of(id.0)).collect();
+        zones.dedup();
+        for z in zones {
+            self.hit(z, off);
+        }
+        let was_up: Vec<NodeId> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.c.net.is_up(id))
+            .collect();
+        let mut unflushed = 0;
+        for &id in &ids {
+            unflushed += self.c.power_off(id, &mut |p| rng.chance(p));
+        }
+        self.losses.lock().push(Loss {
+            at: Instant::now(),
+            nodes: ids.clone(),
+        });
+        self.say(format!(
+            "{scope} loses power for {} ms ({unflushed} objects had unflushed writes)",
+            off.as_millis()
+        ));
+        tokio::time::sleep(off).await;
+        for id in was_up {
+            self.c.restart(id);
+        }
+    }
+
+    /// Node `id`'s disk failed (its guard latched): the operator replaces it while
+    /// the run may lose that many, else restarts the node on it once the drive
+    /// remapped its bad sectors (`power_cycle`: after a power cycle of the host).
+    fn after_disk_failure(&mut self, id: NodeId, power_cycle: bool, rng: &mut Rng) {
+        if self.replaced < REPLACED_MAX && rng.chance(0.5) {
+            self.replaced += 1;
+            self.c.replace_disk(id);
+            self.losses.lock().push(Loss {
+                at: Instant::now(),
+                nodes: vec![id],
+            });
+            self.say(format!("node {id} restarts on a new, empty disk"));
+        } else if power_cycle {
+            let n = self.c.power_off(id, &mut |p| rng.chance(p));
+            self.losses.lock().push(Loss {
+                at: Instant::now(),
+                nodes: vec![id],
+            });
+            self.say(format!(
+                "node {id}'s host is power-cycled ({n} objects had unflushed writes)"
+            ));
+        } else {
+            self.c.crash(id);
+            self.c.with_off_disk(id, |m| m.remap_bad_sectors());
+            self.say(format!(
+                "node {id} restarts on its disk, bad sectors remapped"
+            ));
+        }
+        self.c.restart(id);
+    }
+
+    /// The faults of a run, one after the other, each healed before the next (a
+    /// power loss may come while one is under way).
+    async fn run(&mut self, rng: &mut Rng, end: Instant, kinds: &[FaultKind]) {
+        if kinds.is_empty() {
+            return;
+        }
+        let c = self.c.clone();
+        let model = c.model().clone();
+        let n = model.nodes() as u64;
+        let mut t = self.start + Duration::from_secs(2 + rng.below(4));
+        while t + Duration::from_secs(6) < end {
+            tokio::time::sleep_until(t).await;
+            let dur = Duration::from_millis(2000 + rng.below(10_000));
+            match kinds[rng.below(kinds.len() as u64) as usize] {
+                FaultKind::Crash => {
+                    let id = NodeId(1 + rng.below(n));
+                    self.hit(model.zone_of(id.0), dur);
+                    self.say(format!("node {id} crashes for {} ms", dur.as_millis()));
                     c.crash(id);
-                }
-                tokio::time::sleep(dur).await;
-                for &id in &ids {
+                    self.hold(rng, dur).await;
                     c.restart(id);
                 }
-            }
-            FaultKind::Flip => {
-                let id = NodeId(1 + rng.below(n));
-                let flipped = c.node(id).and_then(|node| {
-                    let mem = node.mem.as_ref()?;
-                    let objs = drove_objstore::ObjectStore::list(mem.as_ref()).ok()?;
-                    if objs.is_empty() {
-                        return None;
+                FaultKind::Cut => {
+                    let z = rng.below(model.zones as u64) as usize;
+                    self.hit(z, dur);
+                    self.say(format!(
+                        "zone {} is cut off for {} ms",
+                        Model::zone_name(z),
+                        dur.as_millis()
+                    ));
+                    c.net.set_cut(z, true);
+                    self.hold(rng, dur).await;
+                    c.net.set_cut(z, false);
+                    c.publish();
+                }
+                FaultKind::Lose => {
+                    let z = rng.below(model.zones as u64) as usize;
+                    self.hit(z, dur);
+                    self.say(format!(
+                        "zone {} is lost (every node crashes) for {} ms",
+                        Model::zone_name(z),
+                        dur.as_millis()
+                    ));
+                    let ids: Vec<NodeId> = c
+                        .node_ids()
+                        .into_iter()
+                        .filter(|id| model.zone_of(id.0) == z)
+                        .collect();
+                    for &id in &ids {
+                        c.crash(id);
                     }
-                    let oid = objs[rng.below(objs.len() as u64) as usize];
-                    let block = rng.below(u64::from(OBJECT_SIZE) / BLOCK as u64);
-                    mem.corrupt_block(oid, block);
-                    Some((oid, block))
-                });
-                match flipped {
-                    Some((oid, block)) => out.push(format!(
-                        "{at} ms: block {block} of object {oid} on node {id} flips"
-                    )),
-                    None => out.push(format!("{at} ms: node {id} holds no object to flip")),
+                    self.hold(rng, dur).await;
+                    for &id in &ids {
+                        c.restart(id);
+                    }
+                }
+                FaultKind::Flip => {
+                    let id = NodeId(1 + rng.below(n));
+                    let flipped = c.node(id).and_then(|node| {
+                        let mem = node.mem.as_ref()?;
+                        let objs = drove_objstore::ObjectStore::list(mem.as_ref()).ok()?;
+                        if objs.is_empty() {
+                            return None;
+                        }
+                        let oid = objs[rng.below(objs.len() as u64) as usize];
+                        let block = rng.below(u64::from(OBJECT_SIZE) / BLOCK as u64);
+                        mem.corrupt_block(oid, block);
+                        Some((oid, block))
+                    });
+                    match flipped {
+                        Some((oid, block)) => {
+                            self.say(format!("block {block} of object {oid} on node {id} flips"))
+                        }
+                        None => self.say(format!("node {id} holds no object to flip")),
+                    }
+                }
+                FaultKind::Power => self.power_loss(rng).await,
+                FaultKind::Eio => {
+                    let Some(id) = self.running(rng) else {
+                        continue;
+                    };
+                    let bad = c.node(id).and_then(|node| {
+                        let mem = node.mem.clone()?;
+                        let objs = drove_objstore::ObjectStore::list(mem.as_ref()).ok()?;
+                        if objs.is_empty() {
+                            return None;
+                        }
+                        let oid = objs[rng.below(objs.len() as u64) as usize];
+                        let block = rng.below(u64::from(OBJECT_SIZE) / BLOCK as u64);
+                        mem.eio_block(oid, block);
+                        Some((oid, block))
+                    });
+                    let Some((oid, block)) = bad else {
+                        self.say(format!("node {id} holds no object to fail"));
+                        continue;
+                    };
+                    self.hit(model.zone_of(id.0), dur);
+                    self.say(format!(
+                        "block {block} of object {oid} on node {id} reads EIO; {} ms later the operator acts",
+                        dur.as_millis()
+                    ));
+                    self.hold(rng, dur).await;
+                    self.after_disk_failure(id, false, rng);
+                }
+                FaultKind::FsyncFail => {
+                    let Some(id) = self.running(rng) else {
+                        continue;
+                    };
+                    let Some(mem) = c.node(id).and_then(|node| node.mem.clone()) else {
+                        continue;
+                    };
+                    mem.fail_next_flush();
+                    self.hit(model.zone_of(id.0), dur);
+                    self.say(format!(
+                        "node {id}'s next fsync fails; {} ms later the operator acts",
+                        dur.as_millis()
+                    ));
+                    self.hold(rng, dur).await;
+                    if c.disk_failed(id) {
+                        self.after_disk_failure(id, true, rng);
+                    } else {
+                        // No flush came: the disk is sound again.
+                        if let Some(m) = c.node(id).and_then(|node| node.mem.clone()) {
+                            m.disarm();
+                        }
+                    }
+                }
+                FaultKind::Enospc => {
+                    let Some(id) = self.running(rng) else {
+                        continue;
+                    };
+                    let Some(mem) = c.node(id).and_then(|node| node.mem.clone()) else {
+                        continue;
+                    };
+                    let room = rng.below(16);
+                    mem.set_capacity(Some(mem.blocks_used() + room));
+                    self.hit(model.zone_of(id.0), dur);
+                    self.say(format!(
+                        "node {id}'s disk is full ({room} blocks left) for {} ms",
+                        dur.as_millis()
+                    ));
+                    self.hold(rng, dur).await;
+                    if let Some(m) = c.node(id).and_then(|node| node.mem.clone()) {
+                        m.set_capacity(None);
+                    }
+                }
+                FaultKind::SlowDisk => {
+                    let id = NodeId(1 + rng.below(n));
+                    let cost = Duration::from_millis(1000 + rng.below(4000));
+                    self.hit(model.zone_of(id.0), dur);
+                    self.say(format!(
+                        "node {id}'s disk takes {} ms per fsync for {} ms",
+                        cost.as_millis(),
+                        dur.as_millis()
+                    ));
+                    c.net.set_slow(id, Some(cost));
+                    self.hold(rng, dur).await;
+                    c.net.set_slow(id, None);
                 }
             }
+            t = Instant::now() + Duration::from_millis(1000 + rng.below(4000));
         }
-        t = Instant::now() + Duration::from_millis(1000 + rng.below(4000));
     }
-    out
 }
 
 /// Heal everything, and wait until the cluster is whole: every node up in the
@@ -622,6 +909,8 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
     // The volume of the node's current run.
     let mut vol: Option<(u64, Arc<Volume>)> = None;
     let mut seq = 0u64;
+    // Writes acknowledged since the last flush: (block, index of its record, object).
+    let mut unflushed: Vec<(u64, usize, ObjectId)> = Vec::new();
     while Instant::now() < end {
         let Some(node) = c.node(cl.node).filter(|n| n.transport.alive()) else {
             // Its host is down: so is the VM.
@@ -636,7 +925,9 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
         let v = match &vol {
             Some((r, v)) if *r == run => v.clone(),
             _ => {
-                // The VM (re)attaches to its node's new run.
+                // The VM (re)attaches to its node's new run. Its host restarted:
+                // so did the VM, and what it had not flushed it never asked to keep.
+                unflushed.clear();
                 let v = Volume::new(
                     vdi.clone(),
                     Vec::new(),
@@ -655,8 +946,23 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
         tokio::time::sleep(Duration::from_millis(1 + rng.below(10))).await;
         let block = rng.below(BLOCKS);
         let offset = block_offset(block);
-        if rng.chance(0.8) {
+        let (oid, _) = place(&vdi, block);
+        let roll = rng.below(100);
+        if roll < 5 && !unflushed.is_empty() {
+            // A FLUSH: every write acknowledged before it is durable once it is.
+            if let Ok(Ok(())) = tokio::time::timeout(OP_TIMEOUT, v.flush()).await {
+                let mut b = cl.book.lock();
+                for (block, i, _) in unflushed.drain(..) {
+                    if let Some(r) = b.blocks.get_mut(&block).and_then(|v| v.get_mut(i)) {
+                        r.durable = true;
+                    }
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } else if roll < 80 {
             seq += 1;
+            let fua = rng.chance(0.2);
             let data = block_data(vdi.id.0, block, seq);
             let i = {
                 let mut b = cl.book.lock();
@@ -664,15 +970,25 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
                 recs.push(Rec {
                     seq,
                     acked_at: None,
+                    durable: false,
+                    holders: Vec::new(),
                 });
                 recs.len() - 1
             };
-            let res = tokio::time::timeout(OP_TIMEOUT, v.write_fenced(offset, data, false)).await;
+            let res = tokio::time::timeout(OP_TIMEOUT, v.write_fenced(offset, data, fua)).await;
             let acked = match res {
                 Ok(Ok(g)) => Some(g),
                 _ => None,
             };
-            record_write(&c, &cl, (block, i), acked, vdi.id);
+            let holders = if acked.is_some() {
+                holders(&c, &vdi, oid)
+            } else {
+                Vec::new()
+            };
+            record_write(&c, &cl, (block, i), acked, fua, holders, vdi.id);
+            if acked.is_some() && !fua {
+                unflushed.push((block, i, oid));
+            }
             if acked.is_none() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -682,9 +998,17 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if let Ok(Ok(data)) = res {
+                let losses = cl.losses.lock().clone();
                 let mut b = cl.book.lock();
                 b.reads += 1;
-                let recs = b.blocks.get(&block).cloned().unwrap_or_default();
+                let mut recs = b.blocks.get(&block).cloned().unwrap_or_default();
+                // A write that every copy lost with its page cache is no longer
+                // one a read must return.
+                for r in recs.iter_mut() {
+                    if r.acked_at.is_some() && lost_with_power(r, &losses, cl.node) {
+                        r.acked_at = None;
+                    }
+                }
                 match decode(vdi.id.0, block, &data) {
                     Err(why) => b.violations.push(format!(
                         "VDI {} block {block}: a read returned {why}",
@@ -702,13 +1026,29 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
     }
 }
 
+/// The nodes the metadata's map places `oid` on and has up: the copies a write
+/// acknowledged now was made on.
+fn holders(c: &SimCluster, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
+    let map = c.map();
+    drove_placement::locate_vdi(&map, vdi, oid)
+        .into_iter()
+        .filter(|id| {
+            map.node(*id)
+                .is_some_and(|n| n.state == drove_types::NodeState::Up)
+        })
+        .collect()
+}
+
 /// Book a write's outcome: `(block, index of its record, generation)`; an
 /// acknowledged one is also checked against the lock the metadata holds.
+#[allow(clippy::too_many_arguments)]
 fn record_write(
     c: &SimCluster,
     cl: &Client,
     at: (u64, usize),
     acked: Option<u64>,
+    fua: bool,
+    holders: Vec<NodeId>,
     vdi: drove_types::VdiId,
 ) {
     let (block, i) = at;
@@ -720,6 +1060,8 @@ fn record_write(
     b.acked += 1;
     if let Some(r) = b.blocks.get_mut(&block).and_then(|v| v.get_mut(i)) {
         r.acked_at = Some(Instant::now());
+        r.durable = fua;
+        r.holders = holders;
     }
     let st = c.state();
     let holder = st.locks.get(&vdi).map(|l| (l.owner, l.generation));
@@ -745,8 +1087,19 @@ fn judge_read(recs: &[Rec], got: u64, policy: WritePolicy) -> Option<String> {
             .max();
         if let Some(last) = last {
             if got < last {
+                let r = recs.iter().find(|r| r.seq == last);
+                let at = r
+                    .and_then(|r| r.acked_at)
+                    .map_or(0, |t| crate::sim_offset(t).as_millis());
+                let how = if r.is_some_and(|r| r.durable) {
+                    " durable"
+                } else {
+                    ""
+                };
+                let holders = r.map(|r| r.holders.clone()).unwrap_or_default();
+                let now = crate::sim_offset(Instant::now()).as_millis();
                 return Some(format!(
-                    "returned write {got} after write {last} was acknowledged"
+                    "returned write {got} at {now} ms after write {last} was acknowledged{how} at {at} ms on nodes {holders:?}"
                 ));
             }
         }
@@ -792,7 +1145,7 @@ async fn copies_of(c: &Arc<SimCluster>, vdi: &VdiInfo, oid: ObjectId) -> String 
 async fn final_check(
     c: &Arc<SimCluster>,
     cl: &Client,
-    hits: &[Hit],
+    (hits, losses): (&[Hit], &[Loss]),
     violations: &mut Vec<String>,
 ) -> (u64, u64, u64) {
     let (blocks, acked, failed, reads, mut vs) = {
@@ -867,19 +1220,27 @@ async fn final_check(
                 cl.name
             ));
         }
+        // A write acknowledged durable must be there whatever the power did; one
+        // that was not may be gone only when every copy that took it lost its
+        // page cache since.
         let must = recs
             .iter()
             .filter(|r| r.acked_at.is_some_and(|t| !exempt(t)))
+            .filter(|r| !lost_with_power(r, losses, cl.node))
             .max_by_key(|r| r.seq);
-        if let Some(&Rec {
+        if let Some(Rec {
             seq: must,
             acked_at,
+            durable,
+            holders,
         }) = must
         {
+            let must = *must;
             if got < must {
                 let at = acked_at.map_or(0, |t| crate::sim_offset(t).as_millis());
+                let how = if *durable { " durable" } else { "" };
                 violations.push(format!(
-                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged at {at} ms",
+                    "VDI {} ({:?}) block {block}: holds write {got}, but write {must} was acknowledged{how} at {at} ms on nodes {holders:?}",
                     cl.name, cl.policy
                 ));
                 if lost_shown < 3 {
@@ -915,10 +1276,14 @@ mod tests {
             Rec {
                 seq: 1,
                 acked_at: Some(t),
+                durable: false,
+                holders: vec![],
             },
             Rec {
                 seq: 2,
                 acked_at: None,
+                durable: false,
+                holders: vec![],
             },
         ];
         assert_eq!(judge_read(&recs, 1, WritePolicy::Sync), None);

@@ -25,7 +25,9 @@
 
 pub mod cluster;
 pub mod dcloss;
+pub mod disk;
 pub mod faults;
+pub mod metanet;
 pub mod model;
 pub mod net;
 pub mod paper;

@@ -74,6 +74,8 @@ struct NetState {
     link_free: BTreeMap<NodeId, Instant>,
     /// When each node's disk is free again.
     disk_free: BTreeMap<NodeId, Instant>,
+    /// Nodes whose disk is slow: what each fsync costs them on top.
+    slow: BTreeMap<NodeId, Duration>,
     /// When a node last gave another up as silent: (from, to).
     silenced: BTreeMap<(NodeId, NodeId), Instant>,
     traffic: Traffic,
@@ -87,7 +89,7 @@ pub struct SimNet {
 }
 
 /// How a leg of a call ends.
-enum Leg {
+pub(crate) enum Leg {
     /// It arrives at this instant.
     At(Instant),
     /// It is lost: the caller hears nothing.
@@ -163,6 +165,16 @@ impl SimNet {
         }
     }
 
+    /// Make node `id`'s disk slow (every fsync it serves for a peer, a flush or a
+    /// FUA write, takes `cost` more on its disk's queue), or fast again.
+    pub fn set_slow(&self, id: NodeId, cost: Option<Duration>) {
+        let mut st = self.st.lock();
+        match cost {
+            Some(c) => st.slow.insert(id, c),
+            None => st.slow.remove(&id),
+        };
+    }
+
     /// Whether node `id` runs.
     pub fn is_up(&self, id: NodeId) -> bool {
         self.st.lock().eps.get(&id).is_some_and(|e| e.up)
@@ -178,7 +190,7 @@ impl SimNet {
         std::mem::take(&mut self.st.lock().traffic)
     }
 
-    fn alive(&self, id: NodeId, incarnation: u64) -> bool {
+    pub(crate) fn alive(&self, id: NodeId, incarnation: u64) -> bool {
         self.st
             .lock()
             .eps
@@ -188,7 +200,7 @@ impl SimNet {
 
     /// Send `bytes` from `from` to `to`, starting at `now`: queue on the sender's
     /// link, then the delay.
-    fn send(&self, from: NodeId, to: NodeId, bytes: u64, now: Instant) -> Leg {
+    pub(crate) fn send(&self, from: NodeId, to: NodeId, bytes: u64, now: Instant) -> Leg {
         let mut st = self.st.lock();
         if !st.reaches(from, to) {
             return Leg::Lost;
@@ -206,8 +218,13 @@ impl SimNet {
 
     /// When node `id` has served a request that arrived at `at`, moving `bytes` to
     /// or from its disk.
-    fn serve(&self, id: NodeId, bytes: u64, at: Instant) -> Instant {
-        let cost = self.model.serve_cost + Model::wire_time(bytes, self.model.disk_bytes_per_s);
+    fn serve(&self, id: NodeId, bytes: u64, syncs: bool, at: Instant) -> Instant {
+        let slow = match syncs {
+            true => self.st.lock().slow.get(&id).copied().unwrap_or_default(),
+            false => Duration::ZERO,
+        };
+        let cost =
+            self.model.serve_cost + Model::wire_time(bytes, self.model.disk_bytes_per_s) + slow;
         self.busy(id, cost, at)
     }
 
@@ -339,6 +356,7 @@ impl SimTransport {
         };
         let moved = match &req {
             PeerReq::Read { len, .. } => u64::from(*len),
+            PeerReq::MendRead { len, .. } => u64::from(*len),
             PeerReq::Fetch { len, .. } => u64::from(*len),
             // A digest reads every object it covers, or only their block
             // checksums (4 bytes per 4 KiB block).
@@ -358,9 +376,15 @@ impl SimTransport {
             }
             _ => payload.len() as u64,
         };
+        let syncs = matches!(
+            &req,
+            PeerReq::Flush { .. }
+                | PeerReq::Write { fua: true, .. }
+                | PeerReq::WriteZeroes { fua: true, .. }
+        );
         let served = self
             .net
-            .sleep_to(self.net.serve(node, moved, arrived))
+            .sleep_to(self.net.serve(node, moved, syncs, arrived))
             .await;
         let woke = Instant::now();
         let serve = drove_replica::local::apply_and_forward(

@@ -10,16 +10,12 @@ use drove_sim::{run_seed, run_seed_within, run_seeds, Model};
 /// Seeds `make test` runs; `drove sim faults --seeds 10000` runs more.
 const SEEDS: u64 = 300;
 
-/// Every kind of fault: crashes, zone cuts, zone losses and flipped blocks.
+/// Every kind of fault: crashes, zone cuts, zone losses, flipped blocks, and the
+/// disk's lies (power losses, EIO, failed fsyncs, a full disk, a slow disk).
 fn small() -> FaultOpts {
     FaultOpts {
         secs: 20,
-        kinds: vec![
-            FaultKind::Crash,
-            FaultKind::Cut,
-            FaultKind::Lose,
-            FaultKind::Flip,
-        ],
+        kinds: FaultKind::ALL.to_vec(),
         ..FaultOpts::default()
     }
 }
@@ -53,7 +49,18 @@ fn test_a_few_hundred_seeded_fault_runs_keep_every_invariant() {
     // them (each run checks that it repaired every one it found).
     let repaired: u64 = reports.iter().map(|r| r.scrub_repaired).sum();
     assert!(repaired > 0, "no scrub repaired a flipped copy");
-    for kind in ["crashes", "is cut off", "is lost", "flips"] {
+    for kind in [
+        "crashes",
+        "is cut off",
+        "is lost",
+        "flips",
+        "loses power",
+        "the whole site loses power",
+        "reads EIO",
+        "next fsync fails",
+        "disk is full",
+        "per fsync",
+    ] {
         assert!(
             reports
                 .iter()

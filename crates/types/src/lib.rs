@@ -11,6 +11,7 @@ pub mod local_cluster;
 mod log_target;
 mod map;
 pub mod private_fs;
+pub mod random;
 mod shown;
 mod size;
 mod utc;

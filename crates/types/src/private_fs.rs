@@ -51,6 +51,27 @@ pub fn write(path: &Path, contents: &[u8]) -> io::Result<()> {
         .write_all(contents)
 }
 
+/// Replace the file at `path` with `contents` so that a power loss leaves either
+/// the old file or the new one, whole: written under `path` with the extension
+/// `tmp` ([`FILE_MODE`]), fsynced, renamed over `path`, and the directory fsynced
+/// so that the rename itself survives.
+pub fn replace_durably(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    f.write_all(contents)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +103,16 @@ mod tests {
         assert_eq!(mode(&g), 0o600);
         // An existing directory is left alone.
         create_dir_all(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn test_replace_durably_replaces_whole_files_private_and_leaves_no_temporary() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("record.json");
+        replace_durably(&p, b"old").unwrap();
+        replace_durably(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(mode(&p), FILE_MODE);
+        assert!(!d.path().join("record.tmp").exists());
     }
 }

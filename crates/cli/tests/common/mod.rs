@@ -248,6 +248,13 @@ impl Cluster {
         });
     }
 
+    /// Take `child`, a process a test started as node `i`, into the cluster's
+    /// care: it is node `i`'s process from now on, and killed with the cluster.
+    pub fn adopt(&mut self, i: usize, child: std::process::Child) {
+        self.nodes[i].pid = child.id();
+        self.extra.push(child);
+    }
+
     /// `drove down`, then `drove up` on the same directory.
     pub fn restart_all(&mut self) {
         let o = run(Command::new(drove_bin()).args([

@@ -634,6 +634,45 @@ fn test_a_node_record_with_an_id_never_handed_out_or_bad_addresses_is_refused() 
 }
 
 #[test]
+fn test_a_node_keeps_the_role_it_joined_with() {
+    let mut s = with_nodes(2);
+    let witness = NodeInfo {
+        witness: true,
+        weight: 0,
+        nbd_addr: String::new(),
+        nbd_socket: String::new(),
+        ..node(3, "w")
+    };
+    s.apply(&Command::AllocateNodeId, 100).unwrap();
+    s.apply(&Command::UpsertNode(witness.clone()), 100).unwrap();
+    let before = s.clone();
+    // A data node does not turn into a witness (its copies would leave placement
+    // unannounced), nor a witness into a data node (it holds no copy).
+    for n in [
+        NodeInfo {
+            witness: true,
+            weight: 0,
+            nbd_addr: String::new(),
+            nbd_socket: String::new(),
+            ..node(1, "a")
+        },
+        node(3, "w"),
+    ] {
+        let (kind, msg) = s.apply(&Command::UpsertNode(n.clone()), 200).unwrap_err();
+        assert_eq!(kind, ErrorKind::Invalid, "{n:?}: {msg}");
+        assert!(msg.contains("cannot come back as"), "{msg}");
+    }
+    assert_eq!(s, before, "nothing changed");
+    // The same role with new addresses is taken.
+    let moved = NodeInfo {
+        admin_addr: "127.0.0.1:9999".into(),
+        ..witness
+    };
+    s.apply(&Command::UpsertNode(moved), 300).unwrap();
+    assert_eq!(s.map.node(NodeId(3)).unwrap().admin_addr, "127.0.0.1:9999");
+}
+
+#[test]
 fn test_a_removed_node_never_comes_back_under_its_id() {
     let mut s = with_nodes(3);
     s.apply(

@@ -1,0 +1,310 @@
+//! The cluster map and its epochs: handing out node ids, nodes joining, changing,
+//! marked up or down (by an operator or the failure detector) and removed, and the
+//! epoch history each change grows (trimmed once every node was up and clean).
+//! Every change of placement makes one epoch ([`MetaState::bump_epoch`]).
+use super::{
+    invalid, ApplyResult, EpochNote, EpochRecord, MetaState, Reply, MAX_HOLD_DOWN_MS,
+    MAX_TRIMMED_NOTES, MAX_VERDICTS, MAX_WEIGHT,
+};
+use drove_types::{validate_name, Epoch, ErrorKind, NodeId, NodeInfo, NodeState};
+use std::sync::Arc;
+
+impl MetaState {
+    /// [`super::Command::AllocateNodeId`].
+    pub(super) fn allocate_node_id(&mut self) -> ApplyResult {
+        let id = NodeId(self.next_node_id);
+        self.next_node_id += 1;
+        Ok(Reply::NodeId(id))
+    }
+
+    /// [`super::Command::UpsertNode`].
+    pub(super) fn apply_upsert_node(&mut self, node: &NodeInfo, now: u64) -> ApplyResult {
+        check_node(node, self.next_node_id, &self.removed)?;
+        if let Some(old) = self.map.nodes.get(&node.id) {
+            if old.witness != node.witness {
+                let (was, now_is) = match old.witness {
+                    true => ("a witness", "a data node"),
+                    false => ("a data node", "a witness"),
+                };
+                return Err((
+                    ErrorKind::Invalid,
+                    format!(
+                        "Node {} joined as {was} and cannot come back as {now_is}: \
+                         remove it (drove node leave) and join the host as a new node",
+                        node.id
+                    ),
+                ));
+            }
+        }
+        self.upsert_node(node, now);
+        Ok(Reply::Done)
+    }
+
+    /// [`super::Command::SetNodeState`]: an operator's or a gateway's verdict, with
+    /// its reason and hold-down.
+    pub(super) fn apply_set_node_state(
+        &mut self,
+        id: NodeId,
+        state: NodeState,
+        reason: &str,
+        hold_ms: u64,
+        now: u64,
+    ) -> ApplyResult {
+        if hold_ms > MAX_HOLD_DOWN_MS || reason.len() > 1024 {
+            return Err(invalid(format!(
+                "Bad node verdict: hold {hold_ms} ms (at most {MAX_HOLD_DOWN_MS}), reason of {} bytes (at most 1024)",
+                reason.len()
+            )));
+        }
+        self.set_node_state(id, state, reason, now)?;
+        if state == NodeState::Down && hold_ms > 0 {
+            self.held_down
+                .insert(id, now.saturating_mul(1000).saturating_add(hold_ms));
+        }
+        Ok(Reply::Done)
+    }
+
+    /// [`super::Command::JudgeNodeState`] (its term was checked by the state machine).
+    pub(super) fn judge_node_state(
+        &mut self,
+        id: NodeId,
+        state: NodeState,
+        now: u64,
+    ) -> ApplyResult {
+        self.set_node_state(id, state, "by the failure detector", now)?;
+        Ok(Reply::Done)
+    }
+
+    /// [`super::Command::RemoveNode`].
+    pub(super) fn remove_node(&mut self, id: NodeId, now: u64) -> ApplyResult {
+        let Some(node) = self.map.nodes.get(&id) else {
+            return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+        };
+        if node.state == NodeState::Up && node.weight > 0 {
+            return Err((
+                ErrorKind::Invalid,
+                format!(
+                    "Node {id} is up and holds data: `drove node leave {id}` drains \
+                     it first, then removes it"
+                ),
+            ));
+        }
+        self.map.nodes.remove(&id);
+        self.removed.insert(id);
+        self.bump_epoch(now, format!("node {id} removed"));
+        Ok(Reply::Done)
+    }
+
+    /// [`Command::TrimHistory`].
+    pub(super) fn trim_history(&mut self, keep_from: Epoch) -> ApplyResult {
+        let Some(at) = self.epoch_history.iter().position(|r| r.epoch == keep_from) else {
+            return Err(invalid(format!(
+                "Epoch {keep_from} is not in the epoch history (epochs {} to {})",
+                self.epoch_history.first().map_or(0, |r| r.epoch.0),
+                self.map.epoch
+            )));
+        };
+        let map = &self.epoch_history[at].map;
+        if let Some(n) = map.nodes.values().find(|n| n.state != NodeState::Up) {
+            return Err(invalid(format!(
+                "Node {} was not up at epoch {keep_from}: the history before it is still needed",
+                n.id
+            )));
+        }
+        if at > 0 {
+            let notes = Arc::make_mut(&mut self.trimmed_notes);
+            notes.extend(self.epoch_history[..at].iter().map(EpochNote::from));
+            let extra = notes.len().saturating_sub(MAX_TRIMMED_NOTES);
+            notes.drain(..extra);
+            Arc::make_mut(&mut self.epoch_history).drain(..at);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Every epoch change still known, oldest first: the notes of those trimmed
+    /// from the history, then the history's.
+    pub fn epoch_changes(&self) -> Vec<EpochNote> {
+        self.trimmed_notes
+            .iter()
+            .cloned()
+            .chain(self.epoch_history.iter().map(EpochNote::from))
+            .collect()
+    }
+
+    fn upsert_node(&mut self, node: &NodeInfo, now: u64) {
+        let id = node.id;
+        let change = match self.map.nodes.get(&id) {
+            None if node.witness => Some(format!("node {id} joined (zone {}, witness)", node.zone)),
+            None => Some(format!(
+                "node {id} joined (zone {}, weight {})",
+                node.zone, node.weight
+            )),
+            Some(old) => {
+                let mut parts = Vec::new();
+                if old.zone != node.zone {
+                    parts.push(format!("zone {} -> {}", old.zone, node.zone));
+                }
+                if old.witness != node.witness {
+                    parts.push(format!("witness {} -> {}", old.witness, node.witness));
+                }
+                if old.weight != node.weight {
+                    parts.push(format!("weight {} -> {}", old.weight, node.weight));
+                }
+                if old.state != node.state {
+                    parts.push(format!("{:?} -> {:?}", old.state, node.state));
+                }
+                (!parts.is_empty()).then(|| format!("node {id} {}", parts.join(", ")))
+            }
+        };
+        // Address-only updates (a restarted node on new ports) change no placement, so
+        // they are stored without a new epoch.
+        self.map.nodes.insert(id, node.clone());
+        if let Some(change) = change {
+            self.bump_epoch(now, change);
+        }
+    }
+
+    fn set_node_state(
+        &mut self,
+        id: NodeId,
+        state: NodeState,
+        reason: &str,
+        now: u64,
+    ) -> Result<(), (ErrorKind, String)> {
+        let Some(node) = self.map.nodes.get_mut(&id) else {
+            return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+        };
+        if node.state != state {
+            let mut change = format!("node {id} {:?} -> {:?}", node.state, state);
+            if !reason.is_empty() {
+                change.push_str(&format!(" ({reason})"));
+            }
+            node.state = state;
+            self.bump_epoch(now, change);
+        }
+        if state == NodeState::Up {
+            self.held_down.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Apply the failure detector's verdicts on several nodes in one epoch (none
+    /// when no state changes); nothing when one of them is refused.
+    pub(super) fn judge_nodes(
+        &mut self,
+        verdicts: &[(NodeId, NodeState)],
+        now: u64,
+    ) -> ApplyResult {
+        if verdicts.is_empty() || verdicts.len() > MAX_VERDICTS {
+            return Err(invalid(format!(
+                "A batch of node verdicts holds {} verdicts: give 1 to {MAX_VERDICTS}",
+                verdicts.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (id, _) in verdicts {
+            if !seen.insert(*id) {
+                return Err(invalid(format!("Node {id} is judged twice in one batch")));
+            }
+            if !self.map.nodes.contains_key(id) {
+                return Err((ErrorKind::NotFound, format!("No node {id} in the cluster")));
+            }
+        }
+        let mut changed = Vec::new();
+        for &(id, state) in verdicts {
+            let Some(node) = self.map.nodes.get_mut(&id) else {
+                continue;
+            };
+            if node.state != state {
+                changed.push(format!("node {id} {:?} -> {:?}", node.state, state));
+                node.state = state;
+            }
+            if state == NodeState::Up {
+                self.held_down.remove(&id);
+            }
+        }
+        if !changed.is_empty() {
+            let n = changed.len();
+            let mut change: String = changed
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if n > 8 {
+                change.push_str(&format!(" and {} more", n - 8));
+            }
+            change.push_str(" (by the failure detector)");
+            self.bump_epoch(now, change);
+        }
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn bump_epoch(&mut self, now: u64, change: String) {
+        self.map.epoch = Epoch(self.map.epoch.0 + 1);
+        Arc::make_mut(&mut self.epoch_history).push(EpochRecord {
+            epoch: self.map.epoch,
+            at_unix: now,
+            change,
+            map: self.map.clone(),
+        });
+    }
+}
+
+/// A node record must name an allocated id, a valid zone, a sane weight and
+/// addresses of the form host:port.
+pub(super) fn check_node(
+    node: &NodeInfo,
+    next_node_id: u64,
+    removed: &std::collections::BTreeSet<NodeId>,
+) -> Result<(), (ErrorKind, String)> {
+    let id = node.id;
+    if id.0 == 0 || id.0 >= next_node_id {
+        return Err(invalid(format!("Node id {id} was never handed out")));
+    }
+    if removed.contains(&id) {
+        return Err((
+            ErrorKind::Gone,
+            format!(
+                "Node {id} was removed from the cluster; to bring this host back, empty its \
+                 data directory and join it as a new node"
+            ),
+        ));
+    }
+    if validate_name(&node.zone).is_err() {
+        return Err(invalid(format!(
+            "Bad zone name '{}'",
+            drove_types::shown(&node.zone)
+        )));
+    }
+    if node.weight > MAX_WEIGHT {
+        return Err(invalid(format!(
+            "Bad weight {}: at most {MAX_WEIGHT}",
+            node.weight
+        )));
+    }
+    if node.witness && node.weight != 0 {
+        return Err(invalid(format!(
+            "Node {id} is a witness with weight {}: a witness holds no data (weight 0)",
+            node.weight
+        )));
+    }
+    if node.witness && !(node.nbd_addr.is_empty() && node.nbd_socket.is_empty()) {
+        return Err(invalid(format!(
+            "Node {id} is a witness with an NBD address: a witness serves no NBD"
+        )));
+    }
+    let nbd = (!node.witness).then_some(("NBD", &node.nbd_addr));
+    for (what, addr) in [("admin", &node.admin_addr), ("peer", &node.peer_addr)]
+        .into_iter()
+        .chain(nbd)
+    {
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(format!("Bad {what} address '{addr}' of node {id}")));
+        }
+    }
+    if node.nbd_socket.len() > 4096 {
+        return Err(invalid(format!("NBD socket path of node {id} is too long")));
+    }
+    Ok(())
+}
