@@ -12,8 +12,11 @@
 //! - 1 to 3: before the hello; a version-1 node is answered in its own format
 //!   ([`crate::legacy`]).
 //! - 4: the hello names one version, the sender's only one.
-//! - 5: the hello's payload carries the sender's range ([`WireRange::encode`]);
-//!   the peer messages are those of version 4.
+//! - 5: the hello's payload carries the sender's range ([`WireRange::encode`]),
+//!   and [`crate::PeerReq::MendRead`] is new (no release spoke a 5 without
+//!   either). A connection of version 4 is never sent a request of a later
+//!   version ([`crate::PeerReq::in_version`]: a mend read goes as the plain read
+//!   version 4 knows), and refuses one ([`crate::PeerReq::since`]).
 //!
 //! A build speaks [`WireRange::BUILD`]. Tests make a node speak a narrower range
 //! (an older node, or one that has dropped an old version) with the environment

@@ -44,3 +44,27 @@ fn test_the_test_range_must_lie_within_the_build() {
         assert!(err.starts_with(TEST_RANGE_ENV), "{bad}: {err}");
     }
 }
+
+#[test]
+fn test_a_mend_read_goes_to_a_version_4_node_as_the_plain_read_it_knows() {
+    use crate::PeerReq;
+    use drove_types::{Epoch, ObjectId, VdiId};
+    let oid = ObjectId::new(VdiId(3), 1);
+    let mend = PeerReq::MendRead {
+        oid,
+        offset: 4096,
+        len: 4096,
+        epoch: Epoch(2),
+    };
+    assert_eq!(mend.since(), 5);
+    assert_eq!(mend.clone().in_version(5), mend);
+    let read = PeerReq::Read {
+        oid,
+        offset: 4096,
+        len: 4096,
+        epoch: Epoch(2),
+    };
+    assert_eq!(mend.in_version(4), read);
+    assert_eq!(read.since(), 4);
+    assert_eq!(read.clone().in_version(4), read);
+}

@@ -380,7 +380,9 @@ impl PeerPool {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
             id,
-            header: req,
+            // What the connection's version has: a peer of an older version is
+            // never sent a request it does not know.
+            header: req.in_version(conn.version),
             payload,
         }
         .encode_as(conn.version)

@@ -349,19 +349,35 @@ impl PeerServer {
             let me = self.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let reply = me.handle(frame, version).await;
+                let reply = me.handle(frame, version, peer).await;
                 let _ = tx.send(reply).await;
                 drop(permit);
             });
         }
     }
 
-    /// Answer one request, in the connection's wire `version`.
-    async fn handle(&self, frame: Frame<PeerReq>, version: u8) -> drove_proto::Encoded {
+    /// Answer one request, in the connection's wire `version`; a request of a
+    /// later version than the connection's is refused (no node of that version
+    /// sends one).
+    async fn handle(
+        &self,
+        frame: Frame<PeerReq>,
+        version: u8,
+        peer: SocketAddr,
+    ) -> drove_proto::Encoded {
         let start = Instant::now();
         let op = frame.header.op_name();
         let in_bytes = frame.payload.len() as u64;
-        let res = self.apply(&frame.header, frame.payload).await;
+        let since = frame.header.since();
+        let res = if since > version {
+            let msg = format!(
+                "{op} is a request of drove wire version {since}, this connection speaks version {version}"
+            );
+            tracing::warn!(%peer, "refused a peer request: {msg}");
+            Err(drove_types::Error::invalid(msg))
+        } else {
+            self.apply(&frame.header, frame.payload).await
+        };
         let (header, payload) = match res {
             Ok(r) => r,
             Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),

@@ -310,3 +310,37 @@ async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() 
         assert!(err.to_string().contains(want), "{err}");
     }
 }
+
+/// MendRead is a request of wire version 5: a node that said hello as a node of
+/// version 4 and then sends one (no real version-4 node can) is answered with an
+/// error naming both versions, logged, and nothing is read; the connection stays
+/// up for the requests its version has.
+#[tokio::test]
+async fn test_a_mend_read_on_a_version_4_connection_is_refused() {
+    let (logs, _guard) = Logs::capture();
+    let (_server, addr, _task) = start(ServerLimits::default()).await;
+    let mut s = greeted(addr).await;
+    let mend = Frame {
+        id: 7,
+        header: PeerReq::MendRead {
+            oid: drove_types::ObjectId::new(drove_types::VdiId(1), 0),
+            offset: 0,
+            len: 4096,
+            epoch: drove_types::Epoch(0),
+        },
+        payload: Bytes::new(),
+    };
+    s.write_all(&v4(&mend)).await.unwrap();
+    let (resp, _) = read_v4::<PeerResp, _>(&mut s).await.unwrap().unwrap();
+    assert_eq!(resp.id, 7);
+    let PeerResp::Err(e) = resp.header else {
+        panic!("answered a mend_read on a version-4 connection: {resp:?}");
+    };
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+    let want = "mend_read is a request of drove wire version 5, this connection speaks version 4";
+    assert!(e.msg.contains(want), "{}", e.msg);
+    assert!(resp.payload.is_empty());
+    ping(&mut s, 8).await;
+    let log = logs.text();
+    assert!(log.contains(want), "{log}");
+}
