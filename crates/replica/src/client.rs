@@ -510,6 +510,11 @@ impl PeerPool {
                     "Connecting to node {node} at {addr} (with the hello) timed out"
                 ))
             })??;
+        self.metrics.peer_wire_version(&node.to_string(), version);
+        if version < self.speaker.wire.max {
+            // Mixed versions, as during a rolling upgrade: worth a line per dial.
+            tracing::info!(%node, "peer connection in drove wire version {version}, the highest node {node} and this node (versions {}) both speak", self.speaker.wire);
+        }
         let conn = self.spawn_conn(node, rd, wr, version);
         self.conns.lock().insert(node, conn.clone());
         Ok(conn)
