@@ -45,6 +45,14 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let held_dir = crate::datadir::DataDir::acquire(&cfg.data)?;
     // A witness's directory never comes back as a data node's, nor the reverse.
     crate::role::check(&cfg.data, cfg.witness)?;
+    // The wire versions this node speaks: the build's, unless a test narrowed them.
+    let wire = drove_proto::WireRange::for_node().map_err(Error::invalid)?;
+    if wire != drove_proto::WireRange::BUILD {
+        tracing::warn!(
+            "{}: this node speaks drove wire versions {wire} only (a test hook)",
+            drove_proto::version::TEST_RANGE_ENV
+        );
+    }
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = if cfg.witness {
@@ -121,13 +129,16 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let store: Arc<dyn ObjectStore> = guarded.clone();
     let map = Arc::new(MapCell::new(meta.state().map.clone()));
     // DATA/peer-routes.json, when present, redirects peer connections (WAN emulation).
-    let pool = PeerPool::with_routes(
-        me,
-        meta.cluster_id(),
+    let pool = PeerPool::speaking(
+        drove_proto::Speaker {
+            cluster: meta.cluster_id(),
+            node: me,
+            wire,
+        },
         map.clone(),
         PeerTimeouts::default(),
         metrics.clone(),
-        cfg.data.join("peer-routes.json"),
+        Some(cfg.data.join("peer-routes.json")),
     );
     if let Some(t) = &peer_tls {
         pool.set_tls(t.frames.clone());

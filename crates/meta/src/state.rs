@@ -394,3 +394,7 @@ mod token_tests;
 #[cfg(test)]
 #[path = "state/command_tests.rs"]
 mod command_tests;
+
+#[cfg(test)]
+#[path = "state/state_golden_tests.rs"]
+mod state_golden_tests;

@@ -99,6 +99,7 @@ pub struct Metrics {
     peer_received: Family<PeerLabels, Counter>,
     peer_silent: Family<PeerLabels, Counter>,
     peer_rtt: Family<PeerLabels, Gauge<f64, AtomicU64>>,
+    peer_wire: Family<PeerLabels, Gauge>,
     markdowns: Family<MarkdownLabels, Counter>,
     spared: Family<PeerLabels, Counter>,
     reads: Family<WhereLabels, Counter>,
@@ -178,6 +179,12 @@ impl Metrics {
             "Smoothed round trip to each peer, measured by pings",
             peer_rtt.clone(),
         );
+        let peer_wire = Family::<PeerLabels, Gauge>::default();
+        registry.register(
+            "peer_wire_version",
+            "The drove wire version of this node's last connection to each peer, the highest both speak",
+            peer_wire.clone(),
+        );
         let markdowns = Family::<MarkdownLabels, Counter>::default();
         registry.register(
             "gateway_markdowns",
@@ -253,6 +260,7 @@ impl Metrics {
             peer_received,
             peer_silent,
             peer_rtt,
+            peer_wire,
             markdowns,
             spared,
             reads,
@@ -350,6 +358,15 @@ impl Metrics {
                 peer: peer.to_string(),
             })
             .inc();
+    }
+
+    /// The wire version a new connection to `peer` chose.
+    pub fn peer_wire_version(&self, peer: &str, version: u8) {
+        self.peer_wire
+            .get_or_create(&PeerLabels {
+                peer: peer.to_string(),
+            })
+            .set(i64::from(version));
     }
 
     /// Set the smoothed round trip to `peer`.

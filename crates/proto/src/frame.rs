@@ -7,10 +7,12 @@
 //! All integers are big-endian. The fourth byte is the wire version as an ASCII digit
 //! (`b'0' + version`): version 1 frames began with the constant magic "DRV1", which
 //! reads as version 1 under this layout, so a node of this version recognises an
-//! older peer and says so instead of calling its frames garbage. This version is
-//! [`WIRE_VERSION`] ("DRV5"). A frame of another version is refused with
-//! [`FrameError::Version`]; the prefix layout above is what every version must keep,
-//! so that any two versions can at least name each other.
+//! older peer and says so instead of calling its frames garbage. A connection's
+//! frames carry the version its two ends chose in the hello (see
+//! [`crate::version`]); a reader is told that version ([`crate::ReadLimits`]) and
+//! refuses a frame of another with [`FrameError::Version`]. The prefix layout above
+//! is what every version must keep, so that any two versions can at least name
+//! each other.
 //!
 //! The crc32c covers the whole body, so a flipped bit on the wire (or garbage sent to
 //! the port) is caught before anything is decoded. A frame larger than the reader's
@@ -23,8 +25,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
 
-/// The wire version this build speaks.
-pub const WIRE_VERSION: u8 = 5;
+/// The newest wire version this build speaks.
+pub const WIRE_VERSION: u8 = crate::version::WireRange::BUILD.max;
 
 const MAGIC: [u8; 3] = *b"DRV";
 
@@ -43,12 +45,14 @@ pub enum FrameError {
     /// The first bytes are not "DRV" and a version digit.
     #[error("Not a drove frame (bad magic)")]
     BadMagic,
-    /// The sender speaks another wire version (the one given).
-    #[error(
-        "Peer speaks drove wire version {0}, this node speaks {WIRE_VERSION}: \
-         mixed versions during an upgrade?"
-    )]
-    Version(u8),
+    /// The frame is of another wire version than the reader expects.
+    #[error("Peer sent a frame of drove wire version {got} where this node reads version {want}")]
+    Version {
+        /// The frame's version.
+        got: u8,
+        /// The version the reader expects.
+        want: u8,
+    },
     /// The announced length is over [`MAX_FRAME`] or too short to hold a body.
     #[error("Bad frame length {0}")]
     BadLength(usize),
@@ -123,14 +127,15 @@ impl<H: Serialize> Frame<H> {
         Ok(buf.freeze())
     }
 
-    /// Encode into wire bytes, the payload left where it is.
+    /// Encode into wire bytes of [`WIRE_VERSION`], the payload left where it is.
     pub fn encode_parts(&self) -> Result<Encoded, FrameError> {
         self.encode_as(WIRE_VERSION)
     }
 
-    /// Encode with another version's prefix (the layout of version 1 is the same;
+    /// Encode with `version`'s prefix: the version a connection chose, the hello's
+    /// ([`crate::version::HELLO_VERSION`]), or version 1's (whose layout is the same;
     /// see [`crate::legacy`]).
-    pub(crate) fn encode_as(&self, version: u8) -> Result<Encoded, FrameError> {
+    pub fn encode_as(&self, version: u8) -> Result<Encoded, FrameError> {
         let header = postcard::to_stdvec(&self.header).map_err(|_| FrameError::BadHeader)?;
         let body_len = FIXED + header.len() + self.payload.len();
         if body_len > MAX_FRAME {
@@ -163,16 +168,16 @@ pub struct Prefix {
 }
 
 impl Prefix {
-    /// Check the magic, the version and the length (at most `max_body`, itself
-    /// capped at [`MAX_FRAME`]). The version is checked before the length: a peer
-    /// of another version is named as such whatever its frames look like.
-    pub fn parse(p: &[u8; PREFIX], max_body: usize) -> Result<Prefix, FrameError> {
+    /// Check the magic, the version (`want`) and the length (at most `max_body`,
+    /// itself capped at [`MAX_FRAME`]). The version is checked before the length: a
+    /// peer of another version is named as such whatever its frames look like.
+    pub fn parse(p: &[u8; PREFIX], want: u8, max_body: usize) -> Result<Prefix, FrameError> {
         if p[..3] != MAGIC || p[3] <= b'0' {
             return Err(FrameError::BadMagic);
         }
-        let version = p[3] - b'0';
-        if version != WIRE_VERSION {
-            return Err(FrameError::Version(version));
+        let got = p[3] - b'0';
+        if got != want {
+            return Err(FrameError::Version { got, want });
         }
         let body_len = u32::from_be_bytes([p[4], p[5], p[6], p[7]]) as usize;
         if !(FIXED..=MAX_FRAME).contains(&body_len) {

@@ -109,7 +109,7 @@ fn test_parts_share_the_payload_and_read_as_one_frame() {
     assert_eq!(parts.payload.as_ptr(), f.payload.as_ptr(), "payload copied");
     let bytes = [&parts.head[..], &parts.payload[..]].concat();
     assert_eq!(bytes.len(), parts.len());
-    assert_eq!(&bytes[..4], b"DRV5", "version 5 on the wire");
+    assert_eq!(&bytes[..4], b"DRV5", "the newest version on the wire");
     assert_eq!(read_all(bytes, vec![7, 4096]).unwrap(), [f]);
 }
 
@@ -153,10 +153,16 @@ fn test_version_1_and_future_versions_are_named() {
         let mut raw = sample().encode().unwrap().to_vec();
         raw[3] = byte;
         let err = read_all(raw, vec![100]).unwrap_err();
-        assert_eq!(frame_error(&err), FrameError::Version(v));
+        assert_eq!(
+            frame_error(&err),
+            FrameError::Version {
+                got: v,
+                want: WIRE_VERSION
+            }
+        );
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("wire version {v}, this node speaks 5")),
+            msg.contains(&format!("wire version {v} where this node reads version 5")),
             "{msg}"
         );
     }
@@ -175,6 +181,7 @@ async fn test_a_frame_over_the_limit_is_refused_after_its_prefix() {
     let limits = ReadLimits {
         max_body: 1000,
         budget: None,
+        version: WIRE_VERSION,
     };
     let mut r = &bytes[..];
     let err = Frame::<PeerResp>::read_limited(&mut r, &limits)
@@ -206,6 +213,7 @@ async fn test_the_budget_is_taken_before_the_body_and_given_back() {
     let limits = ReadLimits {
         max_body: MAX_FRAME,
         budget: Some(&budget),
+        version: WIRE_VERSION,
     };
     let read_a = Frame::<PeerResp>::read_limited(&mut ra, &limits);
     let read_b = Frame::<PeerResp>::read_limited(&mut rb, &limits);
@@ -358,5 +366,29 @@ proptest! {
         let cut = 1 + cut % (raw.len() - 1);
         let err = read_all(raw[..cut].to_vec(), sizes).unwrap_err();
         prop_assert_eq!(err.kind(), IoKind::UnexpectedEof);
+    }
+}
+
+#[tokio::test]
+async fn test_a_frame_reads_only_as_the_version_it_was_written_in() {
+    let frame = sample();
+    for v in [4u8, 5] {
+        let parts = frame.encode_as(v).unwrap();
+        let mut bytes = parts.head.to_vec();
+        bytes.extend_from_slice(&parts.payload);
+        assert_eq!(bytes[3], b'0' + v);
+        for want in [4u8, 5] {
+            let limits = ReadLimits {
+                version: want,
+                ..ReadLimits::default()
+            };
+            let got = Frame::<PeerResp>::read_limited(&mut &bytes[..], &limits).await;
+            if want == v {
+                assert_eq!(got.unwrap().unwrap().0, frame);
+            } else {
+                let err = got.unwrap_err();
+                assert_eq!(frame_error(&err), FrameError::Version { got: v, want });
+            }
+        }
     }
 }

@@ -1,31 +1,42 @@
 //! The hello: the first frame each side sends on a peer connection, before any
 //! [`crate::PeerReq`]. The dialling node sends a `Frame<Hello>`, the accepting node
 //! answers with a `Frame<HelloReply>`: its own hello, or a refusal with the reason,
-//! after which it closes the connection.
+//! after which it closes the connection. Both frames are in
+//! [`crate::HELLO_VERSION`]'s layout whatever the nodes speak.
 //!
-//! A hello names the wire version, the cluster and the sender. It keeps a node of
-//! another cluster (left running on a reused address) or of another version from
-//! exchanging data with this one, with a clear reason on both sides. It is not
-//! authentication against an attacker (the cluster id is no secret); what bounds a
-//! stranger is that, before a valid hello, a server reads nothing over
-//! [`HELLO_MAX`] bytes.
+//! A hello names a wire version, the cluster and the sender; from version 5 on,
+//! the frame's payload also carries the range of versions the sender speaks
+//! ([`WireRange::encode`]; a version-4 node sent none, and ignores it). The dialling
+//! node's hello names its oldest version, so that a version-4 node, which welcomes
+//! only a hello of its own version, welcomes exactly the nodes that still speak 4.
+//! The accepting node answers with the highest version both speak as its hello's
+//! version, and its own range as the payload; the dialling node checks that choice
+//! against the two ranges. Nodes whose ranges do not overlap are refused, with a
+//! message naming both ranges.
 //!
-//! The decisions are pure functions ([`Hello::answer`], [`Hello::check_reply`]); the
-//! replica crate's client and server do the I/O. Future versions must keep these two
-//! messages decodable, like the frame prefix, so that mismatched versions can still
-//! tell each other why they refuse.
+//! The hello keeps a node of another cluster (left running on a reused address) or
+//! of versions this one does not speak from exchanging data with it, with a clear
+//! reason on both sides. It is not authentication against an attacker (the cluster
+//! id is no secret); what bounds a stranger is that, before a valid hello, a server
+//! reads nothing over [`HELLO_MAX`] bytes.
+//!
+//! The decisions are pure functions ([`Speaker::answer`], [`Speaker::check_reply`]);
+//! the replica crate's client and server do the I/O. Future versions must keep these
+//! two messages decodable, like the frame prefix, so that mismatched versions can
+//! still tell each other why they refuse.
 use drove_types::{ClusterId, NodeId};
 use serde::{Deserialize, Serialize};
 
-use crate::frame::WIRE_VERSION;
+use crate::version::WireRange;
 
 /// Largest frame a server reads before a valid hello.
 pub const HELLO_MAX: usize = 4096;
 
-/// Who is speaking.
+/// Who is speaking: the hello's header, in version 4's layout for ever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
-    /// The wire version the sender speaks.
+    /// From the dialling node, the oldest wire version it speaks; from the
+    /// accepting node, the version the connection uses.
     pub version: u8,
     /// The sender's cluster.
     pub cluster: ClusterId,
@@ -42,45 +53,116 @@ pub enum HelloReply {
     Refused(String),
 }
 
-impl Hello {
-    /// This build's hello for node `node` of `cluster`.
-    pub fn new(cluster: ClusterId, node: NodeId) -> Hello {
-        Hello {
-            version: WIRE_VERSION,
+/// What a node says about itself on every peer connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Speaker {
+    /// Its cluster.
+    pub cluster: ClusterId,
+    /// Its node id.
+    pub node: NodeId,
+    /// The wire versions it speaks.
+    pub wire: WireRange,
+}
+
+/// A server's answer to a hello: the reply, its frame's payload, and the version
+/// the connection uses if welcomed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The reply.
+    pub reply: HelloReply,
+    /// The server's range when welcomed (empty from a node of version 4 alone).
+    pub payload: Vec<u8>,
+    /// The connection's version, when welcomed.
+    pub version: Option<u8>,
+}
+
+impl Speaker {
+    /// Node `node` of `cluster`, speaking what this build speaks.
+    pub fn new(cluster: ClusterId, node: NodeId) -> Speaker {
+        Speaker {
             cluster,
             node,
+            wire: WireRange::BUILD,
         }
     }
 
-    /// The server's answer (`self` is the server's hello) to a client's `theirs`.
-    pub fn answer(&self, theirs: &Hello) -> HelloReply {
-        if theirs.version != self.version {
-            return HelloReply::Refused(format!(
-                "this node speaks drove wire version {}, node {} says it speaks {}: \
+    /// The dialling node's hello and its frame's payload.
+    pub fn hello(&self) -> (Hello, Vec<u8>) {
+        let h = Hello {
+            version: self.wire.min,
+            cluster: self.cluster,
+            node: self.node,
+        };
+        (h, self.wire.encode())
+    }
+
+    /// The server's (`self`'s) answer to a client's hello `theirs` with `payload`.
+    pub fn answer(&self, theirs: &Hello, payload: &[u8]) -> Answer {
+        let refuse = |why: String| Answer {
+            reply: HelloReply::Refused(why),
+            payload: Vec::new(),
+            version: None,
+        };
+        let range = match WireRange::decode(payload) {
+            Ok(None) => WireRange::only(theirs.version),
+            Ok(Some(r)) if r.min == theirs.version => r,
+            Ok(Some(r)) => {
+                return refuse(format!(
+                    "node {} announced wire versions {r} in a hello of version {}",
+                    theirs.node, theirs.version
+                ))
+            }
+            Err(why) => return refuse(format!("node {} {why}", theirs.node)),
+        };
+        let Some(version) = self.wire.common(&range) else {
+            return refuse(format!(
+                "this node speaks drove wire versions {}, node {} speaks {range}: \
                  mixed versions during an upgrade?",
-                self.version, theirs.node, theirs.version
+                self.wire, theirs.node
             ));
-        }
+        };
         if theirs.cluster != self.cluster {
-            return HelloReply::Refused(format!(
+            return refuse(format!(
                 "it belongs to cluster {}, node {} says it belongs to cluster {}",
                 self.cluster, theirs.node, theirs.cluster
             ));
         }
-        HelloReply::Welcome(*self)
+        Answer {
+            reply: HelloReply::Welcome(Hello {
+                version,
+                cluster: self.cluster,
+                node: self.node,
+            }),
+            payload: self.wire.encode(),
+            version: Some(version),
+        }
     }
 
-    /// Whether the server's `reply` to this (the client's) hello, sent by the node
-    /// dialled as `dialled`, lets the connection go on; `Err` holds why not.
-    pub fn check_reply(&self, dialled: NodeId, reply: &HelloReply) -> Result<(), String> {
+    /// Whether the server's `reply` (with its frame's `payload`) to this (the
+    /// client's) hello, sent by the node dialled as `dialled`, lets the connection
+    /// go on: `Ok` holds the connection's version, `Err` why not.
+    pub fn check_reply(
+        &self,
+        dialled: NodeId,
+        reply: &HelloReply,
+        payload: &[u8],
+    ) -> Result<u8, String> {
         let theirs = match reply {
             HelloReply::Refused(why) => return Err(format!("refused us: {why}")),
             HelloReply::Welcome(h) => h,
         };
-        if theirs.version != self.version {
+        // A version-4 server sends no range: its hello's version is its only one.
+        let range = WireRange::decode(payload)?.unwrap_or(WireRange::only(theirs.version));
+        let Some(version) = self.wire.common(&range) else {
             return Err(format!(
-                "speaks drove wire version {}, this node speaks {}",
-                theirs.version, self.version
+                "speaks drove wire versions {range}, this node speaks {}",
+                self.wire
+            ));
+        };
+        if theirs.version != version {
+            return Err(format!(
+                "chose drove wire version {}, but the highest both speak is {version}",
+                theirs.version
             ));
         }
         if theirs.cluster != self.cluster {
@@ -93,79 +175,10 @@ impl Hello {
             // The cluster map's address for `dialled` now belongs to another node.
             return Err(format!("answered as node {}", theirs.node));
         }
-        Ok(())
+        Ok(version)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: ClusterId = ClusterId(0xaaaa);
-    const B: ClusterId = ClusterId(0xbbbb);
-
-    #[test]
-    fn test_same_cluster_and_version_is_welcome() {
-        let server = Hello::new(A, NodeId(2));
-        let reply = server.answer(&Hello::new(A, NodeId(1)));
-        assert_eq!(reply, HelloReply::Welcome(server));
-        assert_eq!(
-            Hello::new(A, NodeId(1)).check_reply(NodeId(2), &reply),
-            Ok(())
-        );
-    }
-
-    #[test]
-    fn test_another_cluster_is_refused_naming_both() {
-        let server = Hello::new(A, NodeId(2));
-        let HelloReply::Refused(why) = server.answer(&Hello::new(B, NodeId(1))) else {
-            panic!("welcomed another cluster");
-        };
-        assert!(
-            why.contains(&A.to_hex()) && why.contains(&B.to_hex()),
-            "{why}"
-        );
-        let client = Hello::new(B, NodeId(1));
-        let err = client
-            .check_reply(NodeId(2), &HelloReply::Refused(why.clone()))
-            .unwrap_err();
-        assert!(
-            err.starts_with("refused us: it belongs to cluster"),
-            "{err}"
-        );
-        // A server that welcomes anyone is still caught by the client.
-        let err = client
-            .check_reply(NodeId(2), &HelloReply::Welcome(server))
-            .unwrap_err();
-        assert!(err.contains(&A.to_hex()), "{err}");
-    }
-
-    #[test]
-    fn test_another_version_is_refused_naming_both() {
-        let server = Hello::new(A, NodeId(2));
-        let old = Hello {
-            version: WIRE_VERSION + 1,
-            ..Hello::new(A, NodeId(1))
-        };
-        let HelloReply::Refused(why) = server.answer(&old) else {
-            panic!("welcomed another version");
-        };
-        assert!(
-            why.contains(&format!("version {WIRE_VERSION}"))
-                && why.contains(&format!("speaks {}", WIRE_VERSION + 1)),
-            "{why}"
-        );
-        let err = old
-            .check_reply(NodeId(2), &HelloReply::Welcome(server))
-            .unwrap_err();
-        assert!(err.contains("wire version"), "{err}");
-    }
-
-    #[test]
-    fn test_a_reused_address_answering_as_another_node_is_refused() {
-        let client = Hello::new(A, NodeId(1));
-        let reply = HelloReply::Welcome(Hello::new(A, NodeId(5)));
-        let err = client.check_reply(NodeId(2), &reply).unwrap_err();
-        assert_eq!(err, "answered as node 5");
-    }
-}
+#[path = "hello_tests.rs"]
+mod tests;

@@ -9,16 +9,17 @@
 use bytes::Bytes;
 use drove_types::ErrorKind;
 
-use crate::frame::{Frame, FrameError, WIRE_VERSION};
-use crate::{PeerResp, WireError};
+use crate::frame::{Frame, FrameError};
+use crate::{PeerResp, WireError, WireRange};
 
 /// The wire version of the nodes this module answers.
 pub const V1: u8 = 1;
 
-/// A version-1 error answer to request `id`, naming both versions.
-pub fn v1_refusal(id: u64) -> Result<Bytes, FrameError> {
+/// A version-1 error answer to request `id` from a node that speaks `mine`,
+/// naming both.
+pub fn v1_refusal(id: u64, mine: WireRange) -> Result<Bytes, FrameError> {
     let msg = format!(
-        "Refused: this node speaks drove wire version {WIRE_VERSION}, you speak version {V1}: \
+        "Refused: this node speaks drove wire versions {mine}, you speak version {V1}: \
          mixed versions during an upgrade?"
     );
     let frame = Frame {
@@ -39,7 +40,7 @@ mod tests {
 
     #[test]
     fn test_v1_refusal_has_the_v1_layout_and_peer_resp_err_encoding() {
-        let bytes = v1_refusal(0x0102_0304_0506_0708).unwrap();
+        let bytes = v1_refusal(0x0102_0304_0506_0708, WireRange::BUILD).unwrap();
         assert_eq!(&bytes[..4], b"DRV1");
         let body_len = u32::from_be_bytes(bytes[4..8].try_into().unwrap()) as usize;
         assert_eq!(body_len, bytes.len() - 12);
@@ -61,7 +62,7 @@ mod tests {
         let msg = std::str::from_utf8(&header[3..]).unwrap();
         assert_eq!(usize::from(header[2]), msg.len(), "one-byte varint length");
         assert!(
-            msg.contains("version 5, you speak version 1"),
+            msg.contains("versions 4-5, you speak version 1"),
             "message names both versions: {msg}"
         );
     }

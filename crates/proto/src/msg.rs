@@ -221,6 +221,37 @@ impl PeerReq {
         }
     }
 
+    /// The first wire version that has this request: 5 for [`PeerReq::MendRead`],
+    /// 4 for every other (see [`crate::version`]).
+    pub fn since(&self) -> u8 {
+        match self {
+            PeerReq::MendRead { .. } => 5,
+            _ => 4,
+        }
+    }
+
+    /// This request as it is sent on a connection of wire `version`: itself when
+    /// the version has it. A [`PeerReq::MendRead`] to a node of version 4 goes as
+    /// the plain [`PeerReq::Read`] such a node was always sent to mend a block (its
+    /// pending copies refuse it, as they always did); version 4 has no MendRead,
+    /// and a real node of it could not even decode one.
+    pub fn in_version(self, version: u8) -> PeerReq {
+        match self {
+            PeerReq::MendRead {
+                oid,
+                offset,
+                len,
+                epoch,
+            } if version < 5 => PeerReq::Read {
+                oid,
+                offset,
+                len,
+                epoch,
+            },
+            req => req,
+        }
+    }
+
     /// Short name for metrics and logs.
     pub fn op_name(&self) -> &'static str {
         match self {

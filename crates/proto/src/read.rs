@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::frame::{Fixed, Frame, FrameError, Prefix, FIXED, MAX_FRAME, PREFIX};
+use crate::frame::{Fixed, Frame, FrameError, Prefix, FIXED, MAX_FRAME, PREFIX, WIRE_VERSION};
 
 /// Frames whose body is at least this long have their payload read on its own,
 /// aligned to [`PAYLOAD_ALIGN`].
@@ -99,6 +99,8 @@ pub struct ReadLimits<'a> {
     pub max_body: usize,
     /// Where a body's memory is taken from before it is allocated; `None`: anywhere.
     pub budget: Option<&'a Budget>,
+    /// The wire version every frame must carry (the connection's, or the hello's).
+    pub version: u8,
 }
 
 impl Default for ReadLimits<'_> {
@@ -106,12 +108,13 @@ impl Default for ReadLimits<'_> {
         ReadLimits {
             max_body: MAX_FRAME,
             budget: None,
+            version: WIRE_VERSION,
         }
     }
 }
 
 impl<H: DeserializeOwned> Frame<H> {
-    /// Read one frame from `r`, up to [`MAX_FRAME`]. `Ok(None)` at a clean end of
+    /// Read one frame of [`WIRE_VERSION`] from `r`, up to [`MAX_FRAME`]. `Ok(None)` at a clean end of
     /// stream between frames. Errors: I/O errors as they are, a cut-off frame as
     /// `UnexpectedEof`, a bad frame as `InvalidData` holding a [`FrameError`]
     /// (see [`FrameError::of`]). Returns the frame and its size on the wire.
@@ -130,7 +133,7 @@ impl<H: DeserializeOwned> Frame<H> {
         let Some(raw) = read_prefix(r).await? else {
             return Ok(None);
         };
-        let prefix = Prefix::parse(&raw, limits.max_body).map_err(invalid)?;
+        let prefix = Prefix::parse(&raw, limits.version, limits.max_body).map_err(invalid)?;
         // Held until the frame is handed on: it covers the header and the payload.
         let _taken = match limits.budget {
             Some(b) => Some(b.take(prefix.body_len).await?),

@@ -12,13 +12,14 @@
 //! Pings also measure each peer's round trip ([`PeerPool::rtt`]).
 //!
 //! A new connection starts with a hello naming this node's cluster and wire
-//! version; a peer that refuses it (another cluster, another version) is
-//! `Unavailable` with its reason. A connection left idle for half the server's
+//! versions, which chooses the version the connection's frames carry; a peer that
+//! refuses it (another cluster, no common version) is `Unavailable` with its
+//! reason, logged at most once a second. A connection left idle for half the server's
 //! [`PEER_IDLE`] is not used again but replaced, so that the server never closes
 //! one as a request travels on it.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_proto::{Frame, Hello, PeerReq, PeerResp};
+use drove_proto::{Frame, PeerReq, PeerResp, ReadLimits, Speaker};
 use drove_types::{ClusterId, Epoch, Error, NodeId, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::TlsConnector;
 
+use crate::accept::LogEvery;
 use crate::liveness::{Liveness, Rtt, Verdict, DEFAULT_SILENCE_FLOOR};
 use crate::server::{ReadHalf, WriteHalf, PEER_IDLE};
 use crate::MapCell;
@@ -75,6 +77,8 @@ type Waiter = oneshot::Sender<Frame<PeerResp>>;
 
 struct Conn {
     tx: mpsc::Sender<drove_proto::Encoded>,
+    /// The wire version the hello chose: every frame on it carries this one.
+    version: u8,
     /// Waiters by request id, with when each request was sent.
     pending: Mutex<HashMap<u64, (Waiter, Instant)>>,
     dead: AtomicBool,
@@ -130,7 +134,9 @@ impl Conn {
 pub struct PeerPool {
     me: NodeId,
     /// What this node says when it dials.
-    hello: Hello,
+    speaker: Speaker,
+    /// Hello refusals are logged at most once a second: every request redials.
+    refusals: Mutex<LogEvery>,
     map: Arc<MapCell>,
     conns: Mutex<HashMap<NodeId, Arc<Conn>>>,
     /// One dial at a time per peer: a peer that does not answer its connect must
@@ -162,7 +168,7 @@ impl PeerPool {
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        Self::build(Hello::new(cluster, me), map, timeouts, metrics, None)
+        Self::speaking(Speaker::new(cluster, me), map, timeouts, metrics, None)
     }
 
     /// Like [`PeerPool::new`], with a routes file: a JSON object mapping a peer
@@ -176,8 +182,8 @@ impl PeerPool {
         metrics: Arc<Metrics>,
         routes: PathBuf,
     ) -> Arc<Self> {
-        Self::build(
-            Hello::new(cluster, me),
+        Self::speaking(
+            Speaker::new(cluster, me),
             map,
             timeouts,
             metrics,
@@ -185,16 +191,19 @@ impl PeerPool {
         )
     }
 
-    fn build(
-        hello: Hello,
+    /// A pool for the node `speaker` names, speaking its wire versions (a node's
+    /// own, [`drove_proto::WireRange::for_node`]), with an optional routes file.
+    pub fn speaking(
+        speaker: Speaker,
         map: Arc<MapCell>,
         timeouts: PeerTimeouts,
         metrics: Arc<Metrics>,
         routes: Option<PathBuf>,
     ) -> Arc<Self> {
         Arc::new(PeerPool {
-            me: hello.node,
-            hello,
+            me: speaker.node,
+            speaker,
+            refusals: Mutex::new(LogEvery::new(Duration::from_secs(1))),
             map,
             conns: Mutex::new(HashMap::new()),
             dials: Mutex::new(HashMap::new()),
@@ -254,6 +263,20 @@ impl PeerPool {
     /// This node.
     pub fn me(&self) -> NodeId {
         self.me
+    }
+
+    /// The wire versions this node speaks.
+    pub fn wire(&self) -> drove_proto::WireRange {
+        self.speaker.wire
+    }
+
+    /// The wire version of the open connection to `node`, if there is one.
+    pub fn wire_version(&self, node: NodeId) -> Option<u8> {
+        let conns = self.conns.lock();
+        conns
+            .get(&node)
+            .filter(|c| !c.dead.load(Ordering::SeqCst))
+            .map(|c| c.version)
     }
 
     /// Whether `node` was given up as silent within `within`.
@@ -357,10 +380,12 @@ impl PeerPool {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
             id,
-            header: req,
+            // What the connection's version has: a peer of an older version is
+            // never sent a request it does not know.
+            header: req.in_version(conn.version),
             payload,
         }
-        .encode_parts()
+        .encode_as(conn.version)
         .map_err(|e| Error::invalid(format!("Cannot encode request: {e}")))?;
         let (tx, rx) = oneshot::channel();
         conn.pending.lock().insert(id, (tx, Instant::now()));
@@ -440,14 +465,20 @@ impl PeerPool {
                     live.silent_after.as_millis()
                 ))
             };
-            let halves: (ReadHalf, WriteHalf) = match self.tls.get() {
+            let halves: (ReadHalf, WriteHalf, u8) = match self.tls.get() {
                 None => {
-                    let hello = crate::hello::client(&mut stream, &self.hello, node, &addr);
-                    tokio::time::timeout(live.silent_after, hello)
+                    let hello = crate::hello::client(
+                        &mut stream,
+                        &self.speaker,
+                        node,
+                        &addr,
+                        &self.refusals,
+                    );
+                    let version = tokio::time::timeout(live.silent_after, hello)
                         .await
                         .map_err(|_| silent())??;
                     let (r, w) = stream.into_split();
-                    (Box::new(r), Box::new(w))
+                    (Box::new(r), Box::new(w), version)
                 }
                 Some(tls) => {
                     // Reads buffered below TLS (crate::readahead).
@@ -461,24 +492,30 @@ impl PeerPool {
                                 "Node {node} at {addr}: TLS handshake failed: {e}"
                             ))
                         })?;
-                    let hello = crate::hello::client(&mut s, &self.hello, node, &addr);
-                    tokio::time::timeout(live.silent_after, hello)
+                    let hello =
+                        crate::hello::client(&mut s, &self.speaker, node, &addr, &self.refusals);
+                    let version = tokio::time::timeout(live.silent_after, hello)
                         .await
                         .map_err(|_| silent())??;
                     let (r, w) = tokio::io::split(s);
-                    (Box::new(r), Box::new(w))
+                    (Box::new(r), Box::new(w), version)
                 }
             };
             Ok::<_, Error>(halves)
         };
-        let (rd, wr) = tokio::time::timeout(self.timeouts.connect, dial)
+        let (rd, wr, version) = tokio::time::timeout(self.timeouts.connect, dial)
             .await
             .map_err(|_| {
                 Error::unavailable(format!(
                     "Connecting to node {node} at {addr} (with the hello) timed out"
                 ))
             })??;
-        let conn = self.spawn_conn(node, rd, wr);
+        self.metrics.peer_wire_version(&node.to_string(), version);
+        if version < self.speaker.wire.max {
+            // Mixed versions, as during a rolling upgrade: worth a line per dial.
+            tracing::info!(%node, "peer connection in drove wire version {version}, the highest node {node} and this node (versions {}) both speak", self.speaker.wire);
+        }
+        let conn = self.spawn_conn(node, rd, wr, version);
         self.conns.lock().insert(node, conn.clone());
         Ok(conn)
     }
@@ -558,10 +595,11 @@ impl PeerPool {
         Some(c.clone())
     }
 
-    fn spawn_conn(&self, node: NodeId, rd: ReadHalf, wr: WriteHalf) -> Arc<Conn> {
+    fn spawn_conn(&self, node: NodeId, rd: ReadHalf, wr: WriteHalf, version: u8) -> Arc<Conn> {
         let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
         let conn = Arc::new(Conn {
             tx,
+            version,
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
             last_used: Mutex::new(Instant::now()),
@@ -583,7 +621,12 @@ impl PeerPool {
         let rtts = self.rtts.clone();
         let r = tokio::spawn(async move {
             let mut rd = BufReader::with_capacity(256 << 10, rd);
-            while let Ok(Some((frame, n))) = Frame::<PeerResp>::read_from(&mut rd).await {
+            let limits = ReadLimits {
+                version,
+                ..ReadLimits::default()
+            };
+            while let Ok(Some((frame, n))) = Frame::<PeerResp>::read_limited(&mut rd, &limits).await
+            {
                 let now = Instant::now();
                 *rconn.heard.lock() = now;
                 metrics.peer_received(&label, n as u64);
@@ -714,7 +757,7 @@ fn ping(conn: &Conn, next_id: &AtomicU64, now: Instant) {
         },
         payload: Bytes::new(),
     };
-    if let Ok(encoded) = frame.encode_parts() {
+    if let Ok(encoded) = frame.encode_as(conn.version) {
         if conn.tx.try_send(encoded).is_ok() {
             *conn.probe.lock() = Some((id, now));
         }

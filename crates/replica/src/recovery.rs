@@ -778,7 +778,9 @@ impl Recoverer {
             let mut torn_everywhere = true;
             for &n in &order {
                 // Whatever the copy's state: after a whole-site power loss every
-                // copy is pending, and a plain read of one is refused.
+                // copy is pending, and a plain read of one is refused. A node of
+                // wire version 4 has no MendRead: the pool sends it the plain read
+                // it knows (PeerReq::in_version), which its pending copy refuses.
                 let req = PeerReq::MendRead {
                     oid,
                     offset: b * BLOCK_SIZE,

@@ -4,7 +4,7 @@
 //! answered only when they all have it.
 //!
 //! Every byte from the network is hostile until proven otherwise, so a connection
-//! is held to [`ServerLimits`]: it must say hello (same cluster, same wire version)
+//! is held to [`ServerLimits`]: it must say hello (same cluster, a wire version in common)
 //! within seconds, in one small frame; afterwards it may stay silent for
 //! [`PEER_IDLE`], and a frame that has begun must be complete within [`FRAME_STALL`].
 //! Memory for frames being received comes from one budget shared by every
@@ -21,7 +21,7 @@
 //! connection cap.
 use bytes::Bytes;
 use drove_metrics::Metrics;
-use drove_proto::{Budget, Frame, Hello, PeerReq, PeerResp, ReadLimits, WireError, MAX_FRAME};
+use drove_proto::{Budget, Frame, PeerReq, PeerResp, ReadLimits, WireError, MAX_FRAME};
 use drove_types::{ClusterId, Result};
 use parking_lot::Mutex;
 use std::future::Future;
@@ -162,7 +162,11 @@ impl PeerServer {
         limits: ServerLimits,
     ) -> Arc<Self> {
         let greeter = Greeter {
-            mine: Hello::new(cluster, pool.me()),
+            mine: drove_proto::Speaker {
+                cluster,
+                node: pool.me(),
+                wire: pool.wire(),
+            },
             wait: limits.hello,
             log: Mutex::new(LogEvery::new(Duration::from_secs(1))),
         };
@@ -284,16 +288,16 @@ impl PeerServer {
             .greeter
             .greet(&mut rd, &mut wr, peer, &self.budget)
             .await?;
-        let Some(theirs) = greeted else {
+        let Some((theirs, version)) = greeted else {
             return Ok(());
         };
-        tracing::debug!(%peer, node = %theirs.node, "peer connection open");
+        tracing::debug!(%peer, node = %theirs.node, version, "peer connection open");
         let (tx, rx) = mpsc::channel::<drove_proto::Encoded>(1024);
         let wr = WriteDeadline::new(wr, self.limits.stall);
         let mut writer = tokio::spawn(crate::writer::drain(rx, wr, |_| {}));
         let rd = BufReader::with_capacity(256 << 10, rd);
         let result = tokio::select! {
-            r = self.clone().read_requests(rd, tx, peer) => r,
+            r = self.clone().read_requests(rd, tx, peer, version) => r,
             // The writer stops on an error or a stalled write (the peer does not
             // read its answers): stop reading requests too.
             w = &mut writer => return w.unwrap_or_else(|e| Err(std::io::Error::other(e))),
@@ -311,11 +315,13 @@ impl PeerServer {
         mut rd: BufReader<ReadHalf>,
         tx: mpsc::Sender<drove_proto::Encoded>,
         peer: SocketAddr,
+        version: u8,
     ) -> std::io::Result<()> {
         let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         let limits = ReadLimits {
             max_body: MAX_FRAME,
             budget: Some(&self.budget),
+            version,
         };
         loop {
             match tokio::time::timeout(self.limits.idle, rd.fill_buf()).await {
@@ -343,18 +349,35 @@ impl PeerServer {
             let me = self.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let reply = me.handle(frame).await;
+                let reply = me.handle(frame, version, peer).await;
                 let _ = tx.send(reply).await;
                 drop(permit);
             });
         }
     }
 
-    async fn handle(&self, frame: Frame<PeerReq>) -> drove_proto::Encoded {
+    /// Answer one request, in the connection's wire `version`; a request of a
+    /// later version than the connection's is refused (no node of that version
+    /// sends one).
+    async fn handle(
+        &self,
+        frame: Frame<PeerReq>,
+        version: u8,
+        peer: SocketAddr,
+    ) -> drove_proto::Encoded {
         let start = Instant::now();
         let op = frame.header.op_name();
         let in_bytes = frame.payload.len() as u64;
-        let res = self.apply(&frame.header, frame.payload).await;
+        let since = frame.header.since();
+        let res = if since > version {
+            let msg = format!(
+                "{op} is a request of drove wire version {since}, this connection speaks version {version}"
+            );
+            tracing::warn!(%peer, "refused a peer request: {msg}");
+            Err(drove_types::Error::invalid(msg))
+        } else {
+            self.apply(&frame.header, frame.payload).await
+        };
         let (header, payload) = match res {
             Ok(r) => r,
             Err(e) => (PeerResp::Err(WireError::from(e)), Bytes::new()),
@@ -371,7 +394,7 @@ impl PeerServer {
             header,
             payload,
         };
-        match reply.encode_parts() {
+        match reply.encode_as(version) {
             Ok(b) => b,
             Err(e) => {
                 let fallback = Frame {
@@ -382,7 +405,7 @@ impl PeerServer {
                     }),
                     payload: Bytes::new(),
                 };
-                fallback.encode_parts().unwrap_or_default()
+                fallback.encode_as(version).unwrap_or_default()
             }
         }
     }

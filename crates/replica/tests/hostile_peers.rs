@@ -12,9 +12,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use wire::*;
 
-/// The wire version this build speaks.
-const WIRE: u8 = drove_proto::WIRE_VERSION;
-
 const OTHER: ClusterId = ClusterId(0xbad);
 
 fn quick() -> ServerLimits {
@@ -42,7 +39,7 @@ async fn test_a_frame_that_stalls_is_closed_after_the_deadline() {
         },
         payload: Bytes::from(vec![7u8; 1 << 20]),
     };
-    s.write_all(&req.encode().unwrap()[..1000]).await.unwrap();
+    s.write_all(&v4(&req)[..1000]).await.unwrap();
     let took = closed_within(&mut s, Duration::from_secs(10))
         .await
         .expect("a stalled frame must close its connection");
@@ -79,10 +76,7 @@ async fn test_a_hello_from_another_cluster_is_refused_logged_and_closed() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&hello_bytes(OTHER)).await.unwrap();
-    let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
-        .await
-        .unwrap()
-        .unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
     let HelloReply::Refused(why) = reply.header else {
         panic!("welcomed another cluster: {reply:?}");
     };
@@ -142,7 +136,7 @@ async fn test_a_frame_over_the_hello_limit_is_refused_unread() {
         },
         payload: Bytes::from(vec![1u8; 1 << 20]),
     };
-    let _ = s.write_all(&req.encode().unwrap()).await;
+    let _ = s.write_all(&v4(&req)).await;
     assert!(closed_within(&mut s, Duration::from_secs(5))
         .await
         .is_some());
@@ -177,7 +171,7 @@ async fn test_connections_over_the_cap_are_closed_at_once() {
     let mut c = loop {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&hello_bytes(CLUSTER)).await.unwrap();
-        if let Ok(Some(_)) = Frame::<HelloReply>::read_from(&mut s).await {
+        if let Ok(Some(_)) = read_v4::<HelloReply, _>(&mut s).await {
             break s;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -213,8 +207,8 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
     .unwrap();
     assert_eq!(&answer[..4], b"DRV1", "in version 1's format");
     // Version 1's layout is this version's but for the version digit.
-    answer[3] = b'0' + drove_proto::WIRE_VERSION;
-    let (resp, _) = Frame::<PeerResp>::read_from(&mut &answer[..])
+    answer[3] = b'0' + V4;
+    let (resp, _) = read_v4::<PeerResp, _>(&mut &answer[..])
         .await
         .unwrap()
         .unwrap();
@@ -223,55 +217,75 @@ async fn test_a_version_1_node_is_refused_with_an_error_it_can_read() {
         panic!("not an error: {resp:?}");
     };
     assert!(
-        e.msg
-            .contains(&format!("version {WIRE}, you speak version 1")),
+        e.msg.contains("versions 4-5, you speak version 1"),
         "{}",
         e.msg
     );
     let log = logs.text();
     assert!(
-        log.contains(&format!(
-            "Peer speaks drove wire version 1, this node speaks {WIRE}"
-        )),
+        log.contains("Peer speaks drove wire version 1, this node speaks versions 4-5"),
         "{log}"
     );
 }
 
 #[tokio::test]
-async fn test_a_newer_version_is_refused_naming_both_versions() {
+async fn test_a_hello_frame_of_another_version_is_refused_naming_both() {
     let (_server, addr, _task) = start(ServerLimits::default()).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     let mut hello = hello_bytes(CLUSTER).to_vec();
-    hello[3] = b'0' + WIRE + 1;
+    hello[3] = b'7';
     s.write_all(&hello).await.unwrap();
-    let (reply, _) = Frame::<HelloReply>::read_from(&mut s)
-        .await
-        .unwrap()
-        .unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
     let HelloReply::Refused(why) = reply.header else {
-        panic!("welcomed version {}", WIRE + 1);
+        panic!("welcomed a hello of version 7's layout");
     };
-    let want = format!("version {}, this node speaks {WIRE}", WIRE + 1);
-    assert!(why.contains(&want), "{why}");
+    assert!(
+        why.contains("wire version 7, this node speaks versions 4-5"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn test_a_node_of_no_common_version_is_refused_logged_naming_both_ranges() {
+    let (logs, _guard) = Logs::capture();
+    let (_server, addr, _task) = start(ServerLimits::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    // A future node that speaks versions 6-7: its hello, in the frozen layout.
+    let hello = Frame {
+        id: 0,
+        header: drove_proto::Hello {
+            version: 6,
+            cluster: CLUSTER,
+            node: NodeId(9),
+        },
+        payload: Bytes::from_static(&[6, 7]),
+    };
+    s.write_all(&v4(&hello)).await.unwrap();
+    let (reply, _) = read_v4::<HelloReply, _>(&mut s).await.unwrap().unwrap();
+    let HelloReply::Refused(why) = reply.header else {
+        panic!("welcomed a node of versions 6-7");
+    };
+    let want = "this node speaks drove wire versions 4-5, node 9 speaks 6-7";
+    assert!(why.contains(want), "{why}");
+    assert!(closed_within(&mut s, Duration::from_secs(5))
+        .await
+        .is_some());
+    let log = logs.text();
+    assert!(log.contains(want), "{log}");
 }
 
 #[tokio::test]
 async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() {
-    // A node of a newer version answers in its own format; a version-1 node
-    // hangs up.
-    let mut newer = b"DRV0\0\0\0\x20\0\0\0\0".to_vec();
-    newer[3] = b'0' + WIRE + 1;
+    // A node that broke the hello's frozen layout answers in its own format; a
+    // version-1 node hangs up.
     for (answer, want) in [
         (
-            newer,
-            format!(
-                "speaks drove wire version {}, this node speaks {WIRE}",
-                WIRE + 1
-            ),
+            &b"DRV7\0\0\0\x20\0\0\0\0"[..],
+            "answered our hello in drove wire version 7, this node speaks versions 4-5",
         ),
         (
-            Vec::new(),
-            "closed the connection without answering our hello".to_string(),
+            &b""[..],
+            "closed the connection without answering our hello",
         ),
     ] {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -280,7 +294,7 @@ async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() 
             let (mut s, _) = l.accept().await.unwrap();
             let mut buf = [0u8; 256];
             let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
-            let _ = s.write_all(&answer).await;
+            let _ = s.write_all(answer).await;
         });
         let err = pool_for(CLUSTER, addr)
             .call(
@@ -293,6 +307,40 @@ async fn test_the_client_names_a_peer_that_speaks_another_version_or_hangs_up() 
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
-        assert!(err.to_string().contains(&want), "{err}");
+        assert!(err.to_string().contains(want), "{err}");
     }
+}
+
+/// MendRead is a request of wire version 5: a node that said hello as a node of
+/// version 4 and then sends one (no real version-4 node can) is answered with an
+/// error naming both versions, logged, and nothing is read; the connection stays
+/// up for the requests its version has.
+#[tokio::test]
+async fn test_a_mend_read_on_a_version_4_connection_is_refused() {
+    let (logs, _guard) = Logs::capture();
+    let (_server, addr, _task) = start(ServerLimits::default()).await;
+    let mut s = greeted(addr).await;
+    let mend = Frame {
+        id: 7,
+        header: PeerReq::MendRead {
+            oid: drove_types::ObjectId::new(drove_types::VdiId(1), 0),
+            offset: 0,
+            len: 4096,
+            epoch: drove_types::Epoch(0),
+        },
+        payload: Bytes::new(),
+    };
+    s.write_all(&v4(&mend)).await.unwrap();
+    let (resp, _) = read_v4::<PeerResp, _>(&mut s).await.unwrap().unwrap();
+    assert_eq!(resp.id, 7);
+    let PeerResp::Err(e) = resp.header else {
+        panic!("answered a mend_read on a version-4 connection: {resp:?}");
+    };
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+    let want = "mend_read is a request of drove wire version 5, this connection speaks version 4";
+    assert!(e.msg.contains(want), "{}", e.msg);
+    assert!(resp.payload.is_empty());
+    ping(&mut s, 8).await;
+    let log = logs.text();
+    assert!(log.contains(want), "{log}");
 }

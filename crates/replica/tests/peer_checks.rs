@@ -405,3 +405,58 @@ async fn test_a_pending_copy_refuses_reads_but_answers_a_mend() {
     assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
     assert!(!nodes[1].local.catchup().is_current(oid), "still pending");
 }
+
+/// A node of wire version 4 (5def163, the last release, or a node started with
+/// `DROVE_TEST_WIRE_RANGE=4-4`) has no MendRead: a mend sent to it goes as the
+/// plain read 5def163 sent, which its pending copy refuses as it always did, and a
+/// copy it serves answers. A MendRead in a version-4 frame would not even decode on
+/// a real 5def163 node, which then closes the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_mend_sent_to_a_version_4_node_goes_as_a_plain_read() {
+    use drove_proto::WireRange;
+    let timeouts = drove_replica::PeerTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let wire = [WireRange::BUILD, WireRange::only(4)];
+    let nodes = cluster_speaking(&wire, Some(Epoch(1)), timeouts).await;
+    let v = vdi(ReplicationMode::Direct);
+    let (pending, served) = (ObjectId::new(v.id, 2), ObjectId::new(v.id, 3));
+    let data = pattern(9, 8192);
+    nodes[1].store.write(pending, 0, &data).unwrap();
+    nodes[1].store.write(served, 0, &data).unwrap();
+    nodes[1].local.catchup().mark_pending(pending);
+    let mend = |oid| PeerReq::MendRead {
+        oid,
+        offset: 4096,
+        len: 4096,
+        epoch: Epoch(1),
+    };
+    let err = nodes[0]
+        .pool
+        .call(NodeId(2), mend(pending), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Recovering, "{err}");
+    assert_eq!(nodes[0].pool.wire_version(NodeId(2)), Some(4));
+    let (resp, got) = nodes[0]
+        .pool
+        .call(NodeId(2), mend(served), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(resp, PeerResp::Data);
+    assert_eq!(got, data.slice(4096..));
+    // What node 2 was asked: two reads, never a mend_read.
+    let m = nodes[1].metrics.encode();
+    let asked = |op: &str| {
+        m.lines()
+            .filter(|l| {
+                l.starts_with("drove_peer_server_ops_total") && l.contains(&format!("op=\"{op}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    assert_eq!(asked("read"), 2, "{m}");
+    assert_eq!(asked("mend_read"), 0, "{m}");
+}

@@ -24,12 +24,13 @@ async fn test_announced_frames_do_not_make_the_server_allocate_them_all() {
         ..ServerLimits::default()
     })
     .await;
-    // The prefix of a 60 MB frame ("DRV" and this build's version, length, any
-    // checksum; a frame of another version would be refused before any read), a plausible
-    // request id and header length, then the rest of 40 MB of it, from one buffer
-    // shared by every sender and touched before the baseline.
+    // The prefix of a 60 MB frame ("DRV" and the version the connections were
+    // greeted in, 4: a frame of another version would be refused before any read),
+    // length, any checksum, a plausible request id and header length, then the rest
+    // of 40 MB of it, from one buffer shared by every sender and touched before the
+    // baseline.
     let mut bytes = b"DRV".to_vec();
-    bytes.push(b'0' + drove_proto::WIRE_VERSION);
+    bytes.push(b'0' + V4);
     bytes.extend_from_slice(&(FRAME as u32).to_be_bytes());
     bytes.extend_from_slice(&[0; 4]);
     bytes.extend_from_slice(&1u64.to_be_bytes());

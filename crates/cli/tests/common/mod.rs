@@ -209,6 +209,11 @@ impl Cluster {
 
     /// [`Cluster::restart`] with more `drove node run` arguments.
     pub fn restart_with(&mut self, i: usize, extra: &[&str]) {
+        self.restart_env(i, extra, &[]);
+    }
+
+    /// [`Cluster::restart_with`], the node's environment given `env` too.
+    pub fn restart_env(&mut self, i: usize, extra: &[&str], env: &[(&str, &str)]) {
         let n = self.nodes[i].clone();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -236,6 +241,7 @@ impl Cluster {
             .args(["--nbd-listen", n.nbd_tcp.trim_start_matches("nbd://")])
             .args(&kept)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use drove_metrics::Metrics;
 use drove_objstore::{FileStore, ObjectStore};
+use drove_proto::{Speaker, WireRange};
 use drove_replica::{Catalog, Gateway, LocalStore, MapCell, PeerPool, PeerServer, PeerTimeouts};
 use drove_types::{
     ClusterId, ClusterMap, Epoch, NodeId, NodeInfo, ReplicationMode, VdiId, VdiInfo,
@@ -55,6 +56,18 @@ pub async fn cluster_with(
     caught_up: Option<Epoch>,
     timeouts: PeerTimeouts,
 ) -> Vec<TestNode> {
+    let wire = vec![WireRange::BUILD; n as usize];
+    cluster_speaking(&wire, caught_up, timeouts).await
+}
+
+/// Like [`cluster_with`], one node per entry of `wire`, node `i + 1` speaking the
+/// wire versions `wire[i]` (an older build, or one that dropped an old version).
+pub async fn cluster_speaking(
+    wire: &[WireRange],
+    caught_up: Option<Epoch>,
+    timeouts: PeerTimeouts,
+) -> Vec<TestNode> {
+    let n = wire.len() as u64;
     let mut listeners = Vec::new();
     let mut nodes = BTreeMap::new();
     for i in 1..=n {
@@ -80,7 +93,11 @@ pub async fn cluster_with(
         let store: Arc<dyn ObjectStore> = Arc::new(FileStore::open(dir.path(), 4 << 20).unwrap());
         let metrics = Metrics::new();
         let cell = Arc::new(MapCell::new(map.clone()));
-        let pool = PeerPool::new(NodeId(i), CLUSTER, cell.clone(), timeouts, metrics.clone());
+        let speaker = Speaker {
+            wire: wire[i as usize - 1],
+            ..Speaker::new(CLUSTER, NodeId(i))
+        };
+        let pool = PeerPool::speaking(speaker, cell.clone(), timeouts, metrics.clone(), None);
         let local = match caught_up {
             None => LocalStore::new(store.clone()),
             Some(epoch) => {
