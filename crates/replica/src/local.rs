@@ -206,6 +206,23 @@ impl LocalStore {
         }
     }
 
+    /// Admit a flush of `oid`: a FLUSH answered says every write this node took
+    /// before it is durable here, which a pending copy cannot say (its host may
+    /// have lost power since, and its unflushed writes with it), so the copy is
+    /// recovered first, as before a write. Answered from a copy a power loss had set
+    /// back, a FLUSH counted write 799 durable on node 9, which had lost it, and
+    /// after the whole site lost power every copy took node 9's (`drove sim faults
+    /// --seed 265`).
+    async fn admit_flush(&self, oid: ObjectId) -> Result<()> {
+        if self.catchup.is_current(oid) {
+            return Ok(());
+        }
+        match self.repair.get().and_then(Weak::upgrade) {
+            Some(r) => r.repair(oid).await,
+            None => Err(Self::not_current(oid)),
+        }
+    }
+
     /// Whether this node's copy of `oid` is current as far as it knows: not pending
     /// and, when it has no copy at all (`present` false), its absence known
     /// ([`Repair::absence_known`]).
@@ -351,6 +368,9 @@ impl LocalStore {
                 // An fsync of any object is harmless: only the count is checked.
                 check_count(oids)?;
                 self.catchup.admit_epoch(*epoch, true).await?;
+                for &oid in oids {
+                    self.admit_flush(oid).await?;
+                }
                 let oids = oids.clone();
                 blocking(store, move |s| s.flush(&oids)).await?;
                 Ok((PeerResp::Ok, Bytes::new()))
