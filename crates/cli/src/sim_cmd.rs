@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use drove_paperbench::config::{parse_duration_ms, parse_ops, parse_parallel, parse_policies};
+use drove_sim::cluster::MetaMode;
 use drove_sim::faults::{FaultKind, FaultOpts};
 use drove_sim::paper::PaperOpts;
 use std::io::Write;
@@ -91,6 +92,11 @@ pub struct FaultArgs {
         default_value = "crash,cut,lose,flip,power,eio,fsync-fail,enospc,slow-disk"
     )]
     faults: String,
+    /// The metadata: `model` (one state machine for the cluster, applied after a
+    /// modelled commit time) or `raft` (a real metadata service, openraft
+    /// included, on every node, over the simulated network).
+    #[arg(long, default_value = "model")]
+    meta: String,
 }
 
 #[derive(Args)]
@@ -227,7 +233,11 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
     if !(10..=3600).contains(&t) {
         bail!("--time {}: give 10s to 3600s", a.time);
     }
+    let Some(meta) = MetaMode::parse(&a.meta) else {
+        bail!("Unknown metadata '{}' in --meta: use model or raft", a.meta);
+    };
     let opts = FaultOpts {
+        meta,
         zones: a.zones,
         nodes_per_zone: a.nodes / a.zones,
         vdis: a.vdis,
@@ -321,14 +331,15 @@ fn faults(a: FaultArgs, json: bool) -> Result<()> {
     }
     if let Some(first) = failed.first() {
         bail!(
-            "{} of {} seeds broke an invariant; replay one with `drove sim faults --seed {first} --nodes {} --zones {} --vdis {} --time {} --faults {}`",
+            "{} of {} seeds broke an invariant; replay one with `drove sim faults --seed {first} --nodes {} --zones {} --vdis {} --time {} --faults {} --meta {}`",
             failed.len(),
             reports.len(),
             a.nodes,
             a.zones,
             a.vdis,
             a.time,
-            a.faults
+            a.faults,
+            a.meta
         );
     }
     Ok(())

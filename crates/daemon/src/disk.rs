@@ -58,7 +58,7 @@ fn reason(message: &str) -> String {
 
 /// Once `store` has failed, mark this node down (and again whenever the map shows
 /// it up). Runs until aborted.
-pub(crate) async fn mark_down_when_failed(meta: Arc<Meta>, store: Arc<GuardedStore>) {
+pub async fn mark_down_when_failed(meta: Arc<Meta>, store: Arc<GuardedStore>) {
     let me = meta.node_id();
     let mut told = false;
     loop {
@@ -100,7 +100,7 @@ const OWN_MARK_GRACE_MS: u64 = 2000;
 /// What this node's heartbeat says (see [`Meta::run_health`]): unhealthy once its
 /// disk failed, so that the failure detector keeps it down; but not in the first
 /// [`OWN_MARK_GRACE_MS`] while the map still shows it up.
-pub(crate) fn heartbeat_healthy(meta: &Meta, store: &GuardedStore) -> bool {
+pub fn heartbeat_healthy(meta: &Meta, store: &GuardedStore) -> bool {
     let Some(f) = store.failure() else {
         return true;
     };

@@ -37,6 +37,10 @@ pub mod wan;
 mod watch;
 
 pub use config::NodeConfig;
+/// What a node runs beside its data path, over its metadata: production's, which
+/// the simulator's nodes run too (the failed-disk mark-down and heartbeat verdict,
+/// and following the metadata into the map, catalog and recovery's view).
+pub use disk::{heartbeat_healthy, mark_down_when_failed};
 pub use drove_nbd::TlsMode;
 /// The daemon's lock service, mark-downs and post-crash settle, over any
 /// [`drove_meta::MetaApi`]: the simulator runs them too.
@@ -44,3 +48,4 @@ pub use locks::MetaLocks;
 pub use membership::MetaMembership;
 pub use node::run;
 pub use settle::Settler;
+pub use watch::follow_metadata;

@@ -26,6 +26,30 @@ pub async fn follow(
     recoverer: Arc<Recoverer>,
     removed: Arc<tokio::sync::Notify>,
 ) {
+    follow_with(meta, map, Some(exports), local, recoverer, removed).await;
+}
+
+/// [`follow`] for a node that serves no volumes (the simulator's nodes, whose VMs
+/// open drove's `Volume` on the gateway themselves): the map, the catalog,
+/// recovery's view and the sweep for deleted VDIs' objects, as a daemon keeps them.
+pub async fn follow_metadata(
+    meta: Arc<Meta>,
+    map: Arc<MapCell>,
+    local: Arc<LocalStore>,
+    recoverer: Arc<Recoverer>,
+    removed: Arc<tokio::sync::Notify>,
+) {
+    follow_with(meta, map, None, local, recoverer, removed).await;
+}
+
+async fn follow_with(
+    meta: Arc<Meta>,
+    map: Arc<MapCell>,
+    exports: Option<Arc<VdiExports>>,
+    local: Arc<LocalStore>,
+    recoverer: Arc<Recoverer>,
+    removed: Arc<tokio::sync::Notify>,
+) {
     let mut rx = meta.watch();
     let me = meta.node_id();
     let mut handed: BTreeSet<(u32, u64)> = BTreeSet::new();
@@ -64,8 +88,10 @@ pub async fn follow(
             backfill_full_pct: state.settings.backfill_full_pct,
         };
         recoverer.update(view, state.settings.recovery_mib_s);
-        exports.refresh(&state);
-        hand_over(&state, me, &exports, &by_id, &mut handed);
+        if let Some(exports) = &exports {
+            exports.refresh(&state);
+            hand_over(&state, me, exports, &by_id, &mut handed);
+        }
         if owed || Instant::now() >= next_sweep {
             let done = collect_garbage(&state, by_id.live.clone(), local.store()).await;
             owed = !done;

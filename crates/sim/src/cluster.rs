@@ -1,24 +1,29 @@
 //! A simulated drove cluster: per node, drove's own [`LocalStore`], [`Gateway`] and
-//! [`Recoverer`] over a [`MemStore`] and the [`SimNet`]; one metadata state for the
-//! cluster, drove's own [`MetaState`] applied command by command.
+//! [`Recoverer`] over a [`MemStore`] and the [`SimNet`], and its metadata in one of
+//! two modes ([`MetaMode`]):
 //!
-//! The metadata is the real state machine, not openraft: openraft runs its own tasks
-//! and timers and talks over reqwest/HTTP, and putting its network behind the seam
-//! is further work. So a command from a node that reaches the metadata (not crashed,
+//! - [`MetaMode::Raft`]: every node runs a real [`drove_meta::Meta`], openraft
+//!   included, over the simulated network and on a simulated disk, with what
+//!   production runs over it (see the `raft` module).
+//! - [`MetaMode::Model`]: one metadata state for the cluster, drove's own
+//!   [`MetaState`] applied command by command, described below.
+//!
+//! In the model, the metadata is the real state machine, not openraft. So a
+//! command from a node that reaches the metadata (not crashed,
 //! not in a zone cut off) is applied after one round trip between zones (a commit
 //! by a majority elsewhere), and every node that reaches the metadata sees the new
 //! state at once; a node that does not keeps its old one until it does. The
 //! majority is assumed to stay on the side with more zones: a fault run never cuts
 //! off more than one zone at a time.
 use drove_daemon::{MetaLocks, MetaMembership, Settler};
-use drove_meta::{Command, MetaState, Renew, Reply};
+use drove_meta::{Command, Meta, MetaApi, MetaState, Renew, Reply};
 use drove_metrics::Metrics;
 use drove_objstore::{GuardedStore, MemStore, ObjectStore};
 use drove_replica::catchup::CatchUp;
 use drove_replica::{Catalog, Gateway, LocalStore, MapCell, Recoverer, View};
 use drove_types::{
-    ClusterMap, Error, ErrorKind, NodeId, NodeInfo, NodeState, ReplicationMode, Result, VdiId,
-    VdiInfo, WritePolicy,
+    ClusterMap, Error, ErrorKind, NodeId, NodeState, ReplicationMode, Result, VdiId, VdiInfo,
+    WritePolicy,
 };
 use drove_volume::LockService;
 use parking_lot::Mutex;
@@ -33,7 +38,30 @@ use crate::model::Model;
 use crate::net::{SimNet, SimTransport};
 
 mod meta;
+mod raft;
 pub use meta::SimMeta;
+
+/// Where a simulated cluster's metadata comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MetaMode {
+    /// One [`MetaState`] for the cluster, applied after a modelled commit time.
+    #[default]
+    Model,
+    /// A real [`Meta`] (openraft) on every node, over the simulated network.
+    Raft,
+}
+
+impl MetaMode {
+    /// The mode named `s` (`model`, `raft`).
+    pub fn parse(s: &str) -> Option<MetaMode> {
+        match s {
+            "model" => Some(MetaMode::Model),
+            "raft" => Some(MetaMode::Raft),
+            _ => None,
+        }
+    }
+}
 
 /// The simulated wall clock starts here (seconds since the Unix epoch), so that a
 /// seed gives the same metadata times every run.
@@ -83,8 +111,15 @@ pub struct SimNode {
     pub recoverer: Arc<Recoverer>,
     /// Its way to its peers.
     pub transport: Arc<SimTransport>,
-    /// Its run's client of the metadata.
-    pub meta: Arc<SimMeta>,
+    /// Its run's metadata: a [`SimMeta`] in the model, its [`Meta`] with openraft.
+    pub meta: Arc<dyn MetaApi>,
+    /// The model's client, to show it the state.
+    sim_meta: Option<Arc<SimMeta>>,
+    /// Its real metadata (with openraft).
+    pub raft: Option<Arc<Meta>>,
+    /// Whether it serves its VMs: with openraft, once its metadata is ready (as a
+    /// daemon opens its NBD ports).
+    ready: Arc<std::sync::atomic::AtomicBool>,
     /// Its lock service: the daemon's, through [`SimMeta`] (a grant after an
     /// unsettled holder waits for the daemon's [`Settler`]).
     pub locks: Arc<MetaLocks>,
@@ -99,6 +134,19 @@ impl SimNode {
     pub fn map(&self) -> Arc<ClusterMap> {
         self.map.get()
     }
+
+    /// Whether it serves its VMs (with openraft: once its metadata is ready).
+    pub fn serving(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A node's store, opened from its disk.
+struct Opened {
+    store: Arc<dyn ObjectStore>,
+    mem: Option<Arc<MemStore>>,
+    guard: Option<Arc<GuardedStore>>,
+    disk: Option<NodeDisk>,
 }
 
 /// The cluster.
@@ -108,6 +156,8 @@ pub struct SimCluster {
     object_size: u32,
     disks: Disks,
     meta: Mutex<MetaState>,
+    /// With openraft: every node's real metadata.
+    raft: Option<raft::RaftMetas>,
     nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
     /// Stores of crashed nodes, as they were at the crash.
     crashed: Mutex<BTreeMap<NodeId, Disk>>,
@@ -135,6 +185,7 @@ impl SimCluster {
             object_size,
             disks,
             meta: Mutex::new(MetaState::default()),
+            raft: None,
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
             history: Mutex::new(Arc::default()),
@@ -146,16 +197,8 @@ impl SimCluster {
                 c.apply(&Command::AllocateNodeId)
                     .expect("a fresh state hands out node ids");
             }
-            let zone = model.zone_of(id);
             // Addresses the metadata checks; nothing connects to them.
-            let info = NodeInfo {
-                weight: 100,
-                admin_addr: format!("127.0.0.1:{}", 20_000 + id),
-                peer_addr: format!("127.0.0.1:{}", 30_000 + id),
-                nbd_addr: format!("127.0.0.1:{}", 40_000 + id),
-                nbd_socket: format!("/run/drove/sim-{id}.sock"),
-                ..NodeInfo::new(NodeId(id), Model::zone_name(zone))
-            };
+            let info = raft::node_info(id, model.zone_of(id));
             c.apply(&Command::UpsertNode(info))
                 .expect("a fresh state takes its nodes");
         }
@@ -165,6 +208,95 @@ impl SimCluster {
         }
         c.publish();
         c
+    }
+
+    /// A cluster of the model's nodes whose metadata is `mode`'s. With openraft,
+    /// node 1 bootstraps the metadata and the others join it one after the other,
+    /// as `drove up` starts them; the cluster is returned once every node is
+    /// ready and the voter keeper placed its voters. Must run on the simulator's
+    /// runtime.
+    pub async fn with_meta(
+        model: Model,
+        object_size: u32,
+        disks: Disks,
+        mode: MetaMode,
+    ) -> Result<Arc<SimCluster>> {
+        if mode == MetaMode::Model {
+            return Ok(SimCluster::new(model, object_size, disks));
+        }
+        let net = SimNet::new(model.clone());
+        drove_types::clock::simulate_wall(EPOCH_START_S * 1000);
+        let c = Arc::new_cyclic(|this| SimCluster {
+            raft: Some(raft::RaftMetas::new(net.clone())),
+            net,
+            object_size,
+            disks,
+            meta: Mutex::new(MetaState::default()),
+            nodes: Mutex::new(BTreeMap::new()),
+            crashed: Mutex::new(BTreeMap::new()),
+            history: Mutex::new(Arc::default()),
+            this: this.clone(),
+        });
+        let n = model.nodes() as u64;
+        for id in 1..=n {
+            let disk = c.new_disk();
+            c.start_raft_node(NodeId(id), disk).await?;
+            if id == 1 {
+                // The others join through it.
+                if let Some(m) = c.node(NodeId(1)).and_then(|n| n.raft.clone()) {
+                    m.ready(Duration::from_secs(60)).await?;
+                }
+            }
+        }
+        let voters = n.min(3) as usize;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ready = c
+                .node_ids()
+                .into_iter()
+                .all(|id| c.node(id).is_some_and(|n| n.serving()));
+            let placed = c
+                .leader()
+                .is_some_and(|m| m.status().voters.len() == voters);
+            if ready && placed {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::unavailable(format!(
+                    "The simulated metadata did not form in 120 s (every node ready: {ready}, {voters} voters: {placed})"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(c)
+    }
+
+    /// Which metadata this cluster runs.
+    pub fn meta_mode(&self) -> MetaMode {
+        if self.raft.is_some() {
+            MetaMode::Raft
+        } else {
+            MetaMode::Model
+        }
+    }
+
+    /// With openraft: the metadata of a running node that leads (in its own view,
+    /// which a deposed leader cut off may still hold).
+    pub fn leader(&self) -> Option<Arc<Meta>> {
+        self.running_metas().into_iter().find(|m| {
+            let s = m.status();
+            s.leader == Some(s.node_id)
+        })
+    }
+
+    /// With openraft: the metadata of every running node.
+    fn running_metas(&self) -> Vec<Arc<Meta>> {
+        self.nodes
+            .lock()
+            .values()
+            .filter(|n| n.transport.alive())
+            .filter_map(|n| n.raft.clone())
+            .collect()
     }
 
     /// The model.
@@ -189,13 +321,30 @@ impl SimCluster {
         self.nodes.lock().keys().copied().collect()
     }
 
-    /// A copy of the metadata state.
+    /// A copy of the metadata state. With openraft: the state of the running
+    /// node that applied the most of the log (every applied entry was committed,
+    /// so it is the newest state any node knows).
     pub fn state(&self) -> MetaState {
-        self.meta.lock().clone()
+        if self.raft.is_none() {
+            return self.meta.lock().clone();
+        }
+        self.running_metas()
+            .into_iter()
+            .max_by_key(|m| {
+                (
+                    m.status().last_applied_index,
+                    std::cmp::Reverse(m.node_id()),
+                )
+            })
+            .map(|m| MetaState::clone(&m.state()))
+            .unwrap_or_default()
     }
 
     /// The VDI named `name`.
     pub fn vdi(&self, name: &str) -> Option<VdiInfo> {
+        if self.raft.is_some() {
+            return self.state().vdis.get(name).cloned();
+        }
         self.meta.lock().vdis.get(name).cloned()
     }
 
@@ -207,28 +356,98 @@ impl SimCluster {
         }
     }
 
-    fn start_node(&self, id: NodeId, disk: Disk) {
-        let zone = self.model().zone_of(id.0);
-        let (store, mem, guard, catchup, disk): (Arc<dyn ObjectStore>, _, _, _, _) = match disk {
+    /// Open a node's store on `disk`, as a daemon does.
+    fn open_disk(&self, id: NodeId, disk: Disk) -> (Opened, CatchUp) {
+        match disk {
             Disk::Memory(d) => {
                 let guard = Arc::new(GuardedStore::new(
                     d.mem.clone(),
                     format!("/sim/node-{id}/store"),
                 ));
                 let catchup = CatchUp::with_record(Some(d.record()), Some(d.boot_id()));
-                (
-                    guard.clone(),
-                    Some(d.mem.clone()),
-                    Some(guard),
-                    catchup,
-                    Some(d),
-                )
+                let opened = Opened {
+                    store: guard.clone(),
+                    mem: Some(d.mem.clone()),
+                    guard: Some(guard),
+                    disk: Some(d),
+                };
+                (opened, catchup)
             }
-            Disk::Model(s) => (s, None, None, CatchUp::open(None), None),
-        };
-        let local = LocalStore::with_catchup(store.clone(), catchup);
+            Disk::Model(s) => (
+                Opened {
+                    store: s,
+                    mem: None,
+                    guard: None,
+                    disk: None,
+                },
+                CatchUp::open(None),
+            ),
+        }
+    }
+
+    /// Start node `id` on `disk` with the model's metadata.
+    fn start_node(&self, id: NodeId, disk: Disk) {
+        let zone = self.model().zone_of(id.0);
+        let (opened, catchup) = self.open_disk(id, disk);
+        let local = LocalStore::with_catchup(opened.store.clone(), catchup);
         let transport = self.net.attach(id, zone, local.clone());
         let map = Arc::new(MapCell::new(self.meta.lock().map.clone()));
+        let sim_meta = SimMeta::new(
+            self.this.clone(),
+            id,
+            transport.incarnation(),
+            Arc::new(self.meta.lock().clone()),
+        );
+        let node = self.assemble(id, opened, local, transport, map, sim_meta.clone());
+        let mut node = node;
+        node.sim_meta = Some(sim_meta);
+        node.tasks.push(tokio::spawn(node.recoverer.clone().run()));
+        if let Some(g) = &node.guard {
+            let (cluster, g) = (self.this.clone(), g.clone());
+            node.tasks
+                .push(tokio::spawn(mark_down_when_failed(cluster, id, g)));
+        }
+        node.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.nodes.lock().insert(id, Arc::new(node));
+    }
+
+    /// Start node `id` on `disk` with its real metadata (on the metadata disk its
+    /// last run left, or a new one), and what `drove node run` starts over it.
+    async fn start_raft_node(&self, id: NodeId, disk: Disk) -> Result<()> {
+        let Some(metas) = &self.raft else {
+            return Err(Error::invalid("This cluster runs no openraft"));
+        };
+        let zone = self.model().zone_of(id.0);
+        let (opened, catchup) = self.open_disk(id, disk);
+        let local = LocalStore::with_catchup(opened.store.clone(), catchup);
+        let transport = self.net.attach(id, zone, local.clone());
+        let meta = metas.open(id, zone, &transport).await?;
+        let map = Arc::new(MapCell::new(meta.state().map.clone()));
+        let mut node = self.assemble(id, opened, local, transport, map, meta.clone());
+        node.raft = Some(meta.clone());
+        node.tasks.push(tokio::spawn(raft::node_tasks(
+            meta,
+            node.map.clone(),
+            node.local.clone(),
+            node.recoverer.clone(),
+            node.guard.clone(),
+            node.ready.clone(),
+        )));
+        self.nodes.lock().insert(id, Arc::new(node));
+        Ok(())
+    }
+
+    /// A node's data path and the daemon's lock glue over `meta`.
+    fn assemble(
+        &self,
+        id: NodeId,
+        opened: Opened,
+        local: Arc<LocalStore>,
+        transport: Arc<SimTransport>,
+        map: Arc<MapCell>,
+        meta: Arc<dyn MetaApi>,
+    ) -> SimNode {
+        let zone = self.model().zone_of(id.0);
         let gateway = Gateway::new(
             id,
             local.clone(),
@@ -236,40 +455,31 @@ impl SimCluster {
             map.clone(),
             Metrics::new(),
         );
-        let meta = SimMeta::new(
-            self.this.clone(),
-            id,
-            transport.incarnation(),
-            Arc::new(self.meta.lock().clone()),
-        );
         gateway.set_membership(Arc::new(MetaMembership(meta.clone())));
         let recoverer = Recoverer::new(id, local.clone(), transport.clone());
-        let mut tasks = vec![tokio::spawn(recoverer.clone().run())];
-        if let Some(g) = &guard {
-            let (cluster, g) = (self.this.clone(), g.clone());
-            tasks.push(tokio::spawn(mark_down_when_failed(cluster, id, g)));
-        }
         let settler = Settler::new(meta.clone(), LOCK_LEASE);
         settler.set_recoverer(recoverer.clone());
         let locks = MetaLocks::new(meta.clone(), LOCK_LEASE, settler.clone());
-        let node = Arc::new(SimNode {
+        SimNode {
             id,
             zone,
-            store,
-            mem,
-            guard,
-            disk,
+            store: opened.store,
+            mem: opened.mem,
+            guard: opened.guard,
+            disk: opened.disk,
             local,
             gateway,
             recoverer,
             transport,
             meta,
+            sim_meta: None,
+            raft: None,
+            ready: Arc::default(),
             locks,
             settler,
             map,
-            tasks,
-        });
-        self.nodes.lock().insert(id, node);
+            tasks: Vec::new(),
+        }
     }
 
     /// Crash node `id` (kill -9 of its process, or its host lost): it answers
@@ -281,6 +491,9 @@ impl SimCluster {
         };
         for t in &node.tasks {
             t.abort();
+        }
+        if let (Some(metas), Some(meta)) = (&self.raft, &node.raft) {
+            metas.crashed(id, meta);
         }
         // The disk as it is at the crash: work the dead incarnation still has
         // under way (it never runs again, but a request may be half applied) does
@@ -299,12 +512,19 @@ impl SimCluster {
     }
 
     /// Start node `id` again after a crash, on the disk it had then.
-    pub fn restart(&self, id: NodeId) {
+    pub async fn restart(&self, id: NodeId) {
         let Some(disk) = self.crashed.lock().remove(&id) else {
             return;
         };
-        self.start_node(id, disk);
-        self.publish();
+        if self.raft.is_none() {
+            self.start_node(id, disk);
+            self.publish();
+            return;
+        }
+        if let Err(e) = self.start_raft_node(id, disk).await {
+            // Its metadata disk opened before: this is a defect of the run.
+            tracing::error!(node = %id, "cannot restart: {e}");
+        }
     }
 
     /// Node `id`'s host loses power (its process crashes if it runs): its disk
@@ -436,8 +656,12 @@ impl SimCluster {
     }
 
     /// Show the current metadata to every node that reaches it: its map, the
-    /// catalog its replica side judges requests by, and recovery's view.
+    /// catalog its replica side judges requests by, and recovery's view. With
+    /// openraft, each node follows its own metadata: nothing to do.
     pub fn publish(&self) {
+        if self.raft.is_some() {
+            return;
+        }
         let st = Arc::new(self.meta.lock().clone());
         let map = Arc::new(st.map.clone());
         let vdis: Arc<BTreeMap<VdiId, VdiInfo>> =
@@ -473,7 +697,9 @@ impl SimCluster {
                 continue;
             }
             n.map.set(map.clone());
-            n.meta.set_view(st.clone());
+            if let Some(m) = &n.sim_meta {
+                m.set_view(st.clone());
+            }
             n.local.catalog().publish(catalog.clone());
             n.recoverer.update(view.clone(), st.settings.recovery_mib_s);
         }
@@ -487,6 +713,10 @@ impl SimCluster {
     /// sends them: one command per round (`JudgeNodes`), or one per node as before
     /// (then 22 nodes lost take 22 commits, each a new epoch every node works out).
     pub async fn detect(&self, unreachable_since: &mut BTreeMap<NodeId, Instant>) {
+        if self.raft.is_some() {
+            // Production's detector runs on the metadata leader (Meta::run_health).
+            return;
+        }
         let now = Instant::now();
         let down_after = self.model().down_after;
         let map = self.meta.lock().map.clone();
@@ -547,8 +777,9 @@ impl SimCluster {
         }
     }
 
-    /// Create a VDI of `size` bytes.
-    pub fn create_vdi(
+    /// Create a VDI of `size` bytes (with openraft, through a running node's
+    /// metadata, as `drove vdi create` does).
+    pub async fn create_vdi(
         &self,
         name: &str,
         size: u64,
@@ -556,7 +787,7 @@ impl SimCluster {
         policy: WritePolicy,
     ) -> Result<VdiInfo> {
         let copies = self.model().copies;
-        let reply = self.apply(&Command::CreateVdi {
+        let cmd = Command::CreateVdi {
             name: name.to_string(),
             size,
             copies: Some(copies),
@@ -569,7 +800,14 @@ impl SimCluster {
             max_lag_ms: None,
             max_lag_bytes: None,
             qos: Default::default(),
-        })?;
+        };
+        let reply = match self.running_metas().first() {
+            Some(m) if self.raft.is_some() => m.execute(cmd).await?,
+            None if self.raft.is_some() => {
+                return Err(Error::unavailable("No node runs to create a VDI"))
+            }
+            _ => self.apply(&cmd)?,
+        };
         match reply {
             Reply::Vdi(v) => Ok(v),
             other => Err(Error::invalid(format!("CreateVdi answered {other:?}"))),
@@ -607,6 +845,7 @@ impl SimCluster {
             let node = NodeId((zone * model.nodes_per_zone + in_zone) as u64 + 1);
             let name = format!("vm{i}");
             self.create_vdi(&name, size, Some(zone), policy)
+                .await
                 .map_err(|e| anyhow::anyhow!("cannot create VDI {name}: {e}"))?;
             let generation = self
                 .acquire(&name, node, Duration::from_secs(600))
@@ -658,11 +897,17 @@ impl SimCluster {
 
     /// The metadata's current map.
     pub fn map(&self) -> ClusterMap {
+        if self.raft.is_some() {
+            return self.state().map;
+        }
         self.meta.lock().map.clone()
     }
 
     /// The epochs the metadata went through.
     pub fn epoch(&self) -> u64 {
+        if self.raft.is_some() {
+            return self.state().map.epoch.0;
+        }
         self.meta.lock().map.epoch.0
     }
 }

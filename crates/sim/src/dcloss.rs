@@ -173,7 +173,7 @@ async fn dc_loss(opts: DcLossOpts) -> anyhow::Result<DcLossReport> {
         let epoch1 = c.epoch();
         let t1 = Instant::now();
         for &id in &ids {
-            c.restart(id);
+            c.restart(id).await;
         }
         let all = c.node_ids();
         let (finished, marked) = until(

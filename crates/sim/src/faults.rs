@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use crate::cluster::{Disks, SimCluster};
+use crate::cluster::{Disks, MetaMode, SimCluster};
 use crate::model::Model;
 use crate::rng::Rng;
 
@@ -58,6 +58,8 @@ pub struct FaultOpts {
     pub sabotage_flush: bool,
     /// The kinds of fault injected.
     pub kinds: Vec<FaultKind>,
+    /// The metadata: the model, or openraft on every node.
+    pub meta: MetaMode,
 }
 
 /// A kind of fault.
@@ -131,6 +133,7 @@ impl Default for FaultOpts {
             sabotage: false,
             sabotage_flush: false,
             kinds: FaultKind::ALL.to_vec(),
+            meta: MetaMode::Model,
         }
     }
 }
@@ -194,7 +197,10 @@ pub fn run_seed(seed: u64, opts: &FaultOpts) -> anyhow::Result<SeedReport> {
 /// fix 18), and a 10,000-seed run waited for it with no word of which seed it was.
 pub fn run_seed_within(seed: u64, opts: &FaultOpts, limit: Duration) -> anyhow::Result<SeedReport> {
     let rt = crate::runtime()?;
-    Ok(rt.block_on(async {
+    // Every random number drove's code draws on this thread (a run's incarnation,
+    // request ids, openraft's election timeouts) follows the seed.
+    drove_types::random::seed_thread(seed);
+    let report = rt.block_on(async {
         match tokio::time::timeout(limit, run(seed, opts.clone())).await {
             Ok(report) => report,
             Err(_) => {
@@ -209,7 +215,11 @@ pub fn run_seed_within(seed: u64, opts: &FaultOpts, limit: Duration) -> anyhow::
                 r
             }
         }
-    }))
+    });
+    // The dead runs' tasks end with the runtime, still on the seeded thread.
+    drop(rt);
+    drove_types::random::unseed_thread();
+    Ok(report)
 }
 
 /// One write of a block: its number, when it was acknowledged, and whether it is
@@ -276,7 +286,11 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         copies: 3u8.min(u8::try_from(opts.zones * opts.nodes_per_zone).unwrap_or(u8::MAX)),
         ..Model::default()
     };
-    let cluster = SimCluster::new(model.clone(), OBJECT_SIZE, Disks::Memory);
+    let cluster =
+        match SimCluster::with_meta(model.clone(), OBJECT_SIZE, Disks::Memory, opts.meta).await {
+            Ok(c) => c,
+            Err(e) => return failed_setup(seed, format!("the cluster did not start: {e}")),
+        };
     if opts.sabotage_flush {
         for id in cluster.node_ids() {
             if let Some(m) = cluster.node(id).and_then(|n| n.mem.clone()) {
@@ -297,7 +311,10 @@ async fn run(seed: u64, opts: FaultOpts) -> SeedReport {
         };
         let name = format!("vm{i}");
         let size = BLOCKS * BLOCK as u64 * 4;
-        if let Err(e) = cluster.create_vdi(&name, size, Some(model.zone_of(node.0)), policy) {
+        if let Err(e) = cluster
+            .create_vdi(&name, size, Some(model.zone_of(node.0)), policy)
+            .await
+        {
             return failed_setup(seed, format!("cannot create VDI {name}: {e}"));
         }
         clients.push(Arc::new(Client {
@@ -529,14 +546,14 @@ impl Injector<'_> {
         ));
         tokio::time::sleep(off).await;
         for id in was_up {
-            self.c.restart(id);
+            self.c.restart(id).await;
         }
     }
 
     /// Node `id`'s disk failed (its guard latched): the operator replaces it while
     /// the run may lose that many, else restarts the node on it once the drive
     /// remapped its bad sectors (`power_cycle`: after a power cycle of the host).
-    fn after_disk_failure(&mut self, id: NodeId, power_cycle: bool, rng: &mut Rng) {
+    async fn after_disk_failure(&mut self, id: NodeId, power_cycle: bool, rng: &mut Rng) {
         if self.replaced < REPLACED_MAX && rng.chance(0.5) {
             self.replaced += 1;
             self.c.replace_disk(id);
@@ -561,7 +578,7 @@ impl Injector<'_> {
                 "node {id} restarts on its disk, bad sectors remapped"
             ));
         }
-        self.c.restart(id);
+        self.c.restart(id).await;
     }
 
     /// The faults of a run, one after the other, each healed before the next (a
@@ -584,7 +601,7 @@ impl Injector<'_> {
                     self.say(format!("node {id} crashes for {} ms", dur.as_millis()));
                     c.crash(id);
                     self.hold(rng, dur).await;
-                    c.restart(id);
+                    c.restart(id).await;
                 }
                 FaultKind::Cut => {
                     let z = rng.below(model.zones as u64) as usize;
@@ -617,7 +634,7 @@ impl Injector<'_> {
                     }
                     self.hold(rng, dur).await;
                     for &id in &ids {
-                        c.restart(id);
+                        c.restart(id).await;
                     }
                 }
                 FaultKind::Flip => {
@@ -666,7 +683,7 @@ impl Injector<'_> {
                         dur.as_millis()
                     ));
                     self.hold(rng, dur).await;
-                    self.after_disk_failure(id, false, rng);
+                    self.after_disk_failure(id, false, rng).await;
                 }
                 FaultKind::FsyncFail => {
                     let Some(id) = self.running(rng) else {
@@ -683,7 +700,7 @@ impl Injector<'_> {
                     ));
                     self.hold(rng, dur).await;
                     if c.disk_failed(id) {
-                        self.after_disk_failure(id, true, rng);
+                        self.after_disk_failure(id, true, rng).await;
                     } else {
                         // No flush came: the disk is sound again.
                         if let Some(m) = c.node(id).and_then(|node| node.mem.clone()) {
@@ -750,7 +767,7 @@ async fn heal(
     }
     for id in c.node_ids() {
         if !c.net.is_up(id) {
-            c.restart(id);
+            c.restart(id).await;
         }
     }
     c.publish();
@@ -912,8 +929,11 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
     // Writes acknowledged since the last flush: (block, index of its record, object).
     let mut unflushed: Vec<(u64, usize, ObjectId)> = Vec::new();
     while Instant::now() < end {
-        let Some(node) = c.node(cl.node).filter(|n| n.transport.alive()) else {
-            // Its host is down: so is the VM.
+        let Some(node) = c
+            .node(cl.node)
+            .filter(|n| n.transport.alive() && n.serving())
+        else {
+            // Its host is down (or its node not ready to serve): so is the VM.
             vol = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;

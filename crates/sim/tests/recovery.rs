@@ -38,7 +38,10 @@ fn test_a_returning_node_passes_over_a_source_whose_data_rotted() {
             ..Model::default()
         };
         let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        let vdi = c
+            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
+            .await
+            .unwrap();
         c.publish();
         let oid = ObjectId::new(vdi.id, 0);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
@@ -64,7 +67,7 @@ fn test_a_returning_node_passes_over_a_source_whose_data_rotted() {
         let rotten = c.node(placed[0]).unwrap();
         rotten.mem.as_ref().unwrap().corrupt_block(oid, 1);
         assert!(rotten.store.read(oid, 0, 8192).is_err());
-        c.restart(back);
+        c.restart(back).await;
         until_state(&c, back, NodeState::Up).await;
         let node = c.node(back).unwrap();
         let limit = Instant::now() + Duration::from_secs(60);
@@ -105,7 +108,10 @@ fn test_an_absent_copy_is_answered_for_on_the_map_of_the_request_only() {
             ..Model::default()
         };
         let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        let vdi = c
+            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
+            .await
+            .unwrap();
         c.publish();
         let oid = ObjectId::new(vdi.id, 0);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
@@ -181,6 +187,7 @@ fn test_flipped_home_copies_are_mended_from_each_other_not_replaced_by_the_far_c
         let c = SimCluster::new(model, 64 << 10, Disks::Memory);
         let vdi = c
             .create_vdi("v", 1 << 20, Some(0), WritePolicy::ZoneSync)
+            .await
             .unwrap();
         c.publish();
         let oid = ObjectId::new(vdi.id, 0);
@@ -297,7 +304,10 @@ fn test_a_scrub_repairs_a_rotten_copy_that_a_recovery_by_checksums_passed() {
             ..Model::default()
         };
         let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        let vdi = c
+            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
+            .await
+            .unwrap();
         c.publish();
         let oid = ObjectId::new(vdi.id, 0);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);

@@ -17,7 +17,10 @@ fn test_settling_keeps_the_copy_with_the_latest_writes_when_none_is_known_curren
             ..Model::default()
         };
         let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c.create_vdi("v", 1 << 20, None, WritePolicy::Sync).unwrap();
+        let vdi = c
+            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
+            .await
+            .unwrap();
         c.publish();
         let g = c
             .acquire("v", NodeId(1), Duration::from_secs(60))
