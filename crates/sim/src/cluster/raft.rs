@@ -24,7 +24,6 @@ use drove_replica::{LocalStore, MapCell, Recoverer};
 use drove_types::{Error, NodeId, NodeInfo, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,47 +133,45 @@ impl RaftMetas {
 /// What `drove node run` starts once its metadata is ready, for a simulated node:
 /// following the metadata, recovery, the failed-disk mark-down and the heartbeats
 /// (with the leader's failure detector). `ready` is set once they run.
-pub(crate) fn node_tasks(
+pub(crate) async fn node_tasks(
     meta: Arc<Meta>,
     map: Arc<MapCell>,
     local: Arc<LocalStore>,
     recoverer: Arc<Recoverer>,
     guard: Option<Arc<GuardedStore>>,
     ready: Arc<std::sync::atomic::AtomicBool>,
-) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        if let Err(e) = meta.ready(READY_TIMEOUT).await {
-            tracing::warn!(node = %meta.node_id(), "the metadata is not ready: {e}");
-            return;
-        }
-        let removed = Arc::new(tokio::sync::Notify::new());
-        let follow =
-            drove_daemon::follow_metadata(meta.clone(), map, local, recoverer.clone(), removed);
-        let recovery = recoverer.clone().run();
-        let clean_of = recoverer;
-        let disk = {
-            let (meta, guard) = (meta.clone(), guard.clone());
-            async move {
-                match guard {
-                    Some(g) => drove_daemon::mark_down_when_failed(meta, g).await,
-                    None => std::future::pending().await,
-                }
-            }
-        };
-        let hb_meta = meta.clone();
-        let health = meta.clone().run_health(
-            move || {
-                guard
-                    .as_ref()
-                    .is_none_or(|g| drove_daemon::heartbeat_healthy(&hb_meta, g))
-            },
-            move || {
-                let p = clean_of.progress();
-                p.clean.then_some(drove_types::Epoch(p.epoch))
-            },
-        );
-        ready.store(true, std::sync::atomic::Ordering::SeqCst);
-        // One task for all: a crash aborts them together.
-        futures::join!(follow, recovery, disk, health);
+) {
+    if let Err(e) = meta.ready(READY_TIMEOUT).await {
+        tracing::warn!(node = %meta.node_id(), "the metadata is not ready: {e}");
+        return;
     }
+    let removed = Arc::new(tokio::sync::Notify::new());
+    let follow =
+        drove_daemon::follow_metadata(meta.clone(), map, local, recoverer.clone(), removed);
+    let recovery = recoverer.clone().run();
+    let clean_of = recoverer;
+    let disk = {
+        let (meta, guard) = (meta.clone(), guard.clone());
+        async move {
+            match guard {
+                Some(g) => drove_daemon::mark_down_when_failed(meta, g).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
+    let hb_meta = meta.clone();
+    let health = meta.clone().run_health(
+        move || {
+            guard
+                .as_ref()
+                .is_none_or(|g| drove_daemon::heartbeat_healthy(&hb_meta, g))
+        },
+        move || {
+            let p = clean_of.progress();
+            p.clean.then_some(drove_types::Epoch(p.epoch))
+        },
+    );
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    // One task for all: a crash aborts them together.
+    futures::join!(follow, recovery, disk, health);
 }
