@@ -112,8 +112,16 @@ fn test_a_witness_lets_either_datacenter_be_lost_and_holds_no_data() {
     );
     // No zone-loss warning: any one zone may go (asked of the witness, which
     // survives whichever datacenter is lost).
-    let h = health(&c, w);
-    assert_eq!(h["status"], "ok", "{h}");
+    // Right after `drove up` a node may not have heard every heartbeat yet: wait
+    // for OK, and say what was not.
+    let h = wait_for(Duration::from_secs(30), "health OK after start", || {
+        let h = health(&c, w);
+        if h["status"] == "ok" {
+            Ok(h)
+        } else {
+            Err(h.to_string())
+        }
+    });
     let said = voter_checks(&h);
     assert_eq!(said.len(), 1, "{h}");
     assert_eq!(said[0].0, "ok", "{h}");
@@ -163,23 +171,35 @@ fn test_a_witness_lets_either_datacenter_be_lost_and_holds_no_data() {
     let dir = tempfile::tempdir().unwrap();
     let stop = dir.path().join("stop");
     let writing = writer(&c.nodes[kept[0]].uri("far"), 60, &stop);
-    std::thread::sleep(Duration::from_secs(3));
     // Three copies on four data nodes: none on the witness.
-    assert!(object_files(c.nodes[kept[0]].data.as_ref()) > 0);
+    wait_for(
+        Duration::from_secs(30),
+        "the writer's first objects",
+        || match object_files(c.nodes[kept[0]].data.as_ref()) {
+            0 => Err("no object file yet".to_string()),
+            _ => Ok(()),
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(object_files(&wdata), 0, "the witness holds objects");
     let killed_at = unix_now();
     for &i in &doomed {
         c.kill(i);
     }
     let survivor = kept[1];
-    wait_until(
-        Duration::from_secs(30),
+    wait_for(
+        Duration::from_secs(60),
         "the lost datacenter's nodes marked down",
         || {
             let s = json_of(&c, survivor, &["cluster", "status", "--json"]);
-            doomed
+            let down = doomed
                 .iter()
-                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "down")
+                .all(|&i| s["map"]["nodes"][c.nodes[i].id.to_string()]["state"] == "down");
+            if down {
+                Ok(())
+            } else {
+                Err(s.to_string())
+            }
         },
     );
     let marked_at = unix_now();
@@ -209,7 +229,11 @@ fn test_a_witness_lets_either_datacenter_be_lost_and_holds_no_data() {
         sum["last"].as_f64().unwrap() > marked_at,
         "writes did not go on after the loss: {sum}"
     );
-    assert!(pause < 10.0, "writes paused {pause:.1} s: {sum}");
+    // Writes through the surviving datacenter never wait for the lost one (the
+    // pause is printed above, typically under a second); the bound is loose so that
+    // a busy machine does not fail it, while a write path that waited for the dead
+    // nodes' timeouts and the leader's election in turn would still.
+    assert!(pause < 20.0, "writes paused {pause:.1} s: {sum}");
     assert_eq!(object_files(&wdata), 0, "the witness holds objects");
     let s = json_of(&c, survivor, &["cluster", "status", "--json"]);
     assert!(ids(&s["voters"]).contains(&witness), "{s}");

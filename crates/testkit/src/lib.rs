@@ -104,6 +104,28 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Poll `check` every 100 ms on this thread until it returns `Ok`; panic after
+/// `timeout`, naming `what` and showing what the last `Err` said (a test that
+/// waits for a state on a busy machine then says which part was missing).
+#[track_caller]
+pub fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(t) => return t,
+            Err(last) => assert!(
+                Instant::now() < end,
+                "timed out after {timeout:?} waiting for {what}; last seen: {last}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Poll `cond` every 20 ms on tokio's clock until it holds; panic after `timeout`
 /// (on that clock), naming `what`.
 pub async fn wait_until_async(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {

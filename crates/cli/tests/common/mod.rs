@@ -14,7 +14,7 @@ pub mod vm;
 pub use rustix::process::Signal;
 
 #[allow(unused_imports)] // each test binary uses its own part of the kit
-pub use drove_testkit::{in_ci, on_path, require, require_ok, skip, unmet, wait_until};
+pub use drove_testkit::{in_ci, on_path, require, require_ok, skip, unmet, wait_for, wait_until};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
