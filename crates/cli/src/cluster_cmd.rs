@@ -61,6 +61,13 @@ pub enum ClusterCmd {
         /// on or off.
         value: OnOff,
     },
+    /// A rolling upgrade: the cluster's feature level and each node's build
+    /// (`status`), and raising the level once every node runs the new build
+    /// (`finish`). Until then, what the new build brought is refused.
+    Upgrade {
+        #[command(subcommand)]
+        cmd: crate::upgrade_cmd::UpgradeCmd,
+    },
 }
 
 /// Cluster flags `drove cluster set` changes.
@@ -128,6 +135,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                 s.vdi_count,
                 s.default_copies
             );
+            println!("feature level {}", s.feature_level);
             if s.noout {
                 println!("flags: noout (down nodes are not re-replicated; `drove cluster set noout off` clears it)");
             }
@@ -155,6 +163,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
             Ok(())
         }
         ClusterCmd::Health => health(ctx).await,
+        ClusterCmd::Upgrade { cmd } => crate::upgrade_cmd::run(cmd, ctx).await,
         ClusterCmd::Df => crate::df_cmd::cluster_df(ctx).await,
         ClusterCmd::Config {
             copies,
@@ -194,6 +203,7 @@ pub async fn run(cmd: ClusterCmd, ctx: &Ctx) -> Result<()> {
                         noout: None,
                         backfill_full_pct: backfill_full,
                         default_qos: (!qos.is_empty_change()).then_some(qos),
+                        feature_level: None,
                     },
                 )
                 .await?;

@@ -37,6 +37,7 @@ mod table;
 mod token_cmd;
 mod transfer;
 mod up;
+mod upgrade_cmd;
 mod vdi_cmd;
 
 use clap::parser::ValueSource;

@@ -416,6 +416,17 @@ fn nodes_json(s: &Status) -> Result<serde_json::Value> {
     Ok(v)
 }
 
+/// A node's build for tables: its version and the feature level it knows
+/// ("0.1.0 L2"; "old L1" from a build from before levels).
+pub fn build_shown(n: &drove_types::NodeInfo) -> String {
+    let v = if n.version.is_empty() {
+        "old"
+    } else {
+        n.version.as_str()
+    };
+    format!("{v} L{}", n.feature_level())
+}
+
 /// The nodes as a table (ZONE and META: each voter's zone), then one line of where
 /// the metadata voters are: `metadata: 3 voters in 3 zones: z1 (1), z2 (3), z3 (5)`.
 pub fn print_nodes(s: &Status) {
@@ -432,11 +443,14 @@ pub fn print_nodes(s: &Status) {
                 n.admin_addr.clone(),
                 dash(&n.nbd_addr),
                 dash(&n.nbd_socket),
+                build_shown(n),
             ]
         })
         .collect();
     table::print(
-        &["ID", "ZONE", "STATE", "META", "ADMIN", "NBD", "SOCKET"],
+        &[
+            "ID", "ZONE", "STATE", "META", "ADMIN", "NBD", "SOCKET", "BUILD",
+        ],
         &rows,
     );
     println!(

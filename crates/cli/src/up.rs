@@ -750,6 +750,7 @@ mod tests {
             vdi_count: 0,
             quorum_age_ms: Some(0),
             noout: false,
+            feature_level: drove_types::FEATURE_LEVEL,
         }
     }
 

@@ -166,3 +166,129 @@ fn test_nodes_that_share_no_wire_version_refuse_each_other_naming_both_ranges() 
         wait_for_log(&c, i, want);
     }
 }
+
+const LEVEL_ENV: &str = "DROVE_TEST_FEATURE_LEVEL";
+
+/// The `upgrade` check of `cluster health --json` asked of node `i`, if any.
+fn upgrade_check(c: &Cluster, i: usize) -> Option<String> {
+    let o = c.drove(i, &["cluster", "health", "--json"]);
+    let h: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    h["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "upgrade")
+        .map(|c| c["message"].as_str().unwrap().to_string())
+}
+
+/// A rolling upgrade of the cluster feature level with real processes. A cluster
+/// whose nodes say they know level 1 only (`DROVE_TEST_FEATURE_LEVEL=1`, as the
+/// release before levels) refuses per-VDI I/O limits (level 2). Nodes 1 and 2
+/// restarted as this build: health warns the builds are mixed, and `cluster upgrade
+/// finish` is refused naming node 3. Node 3 restarted too: health says to finish;
+/// `finish` raises the level, the limits are taken, health has nothing more to say,
+/// and node 3 started again as a level-1 build is refused, naming both levels.
+#[test]
+fn test_the_feature_level_rises_only_once_every_node_knows_it() {
+    let mut c = Cluster::start_cmd(tempfile::tempdir().unwrap(), 3, 3, &[], |up| {
+        up.env(LEVEL_ENV, "1");
+    });
+    let o = c.drove(
+        0,
+        &[
+            "vdi",
+            "create",
+            "capped",
+            "64M",
+            "--write-iops-limit",
+            "100",
+        ],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(
+            "Per-VDI I/O limits need cluster feature level 2, and the cluster is at level 1"
+        ),
+        "{}",
+        text(&o)
+    );
+    c.create_vdi("plain", "64M", &["--copies", "3"]);
+    let o = c.drove(0, &["vdi", "set", "plain", "--write-iops-limit", "100"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert_eq!(upgrade_check(&c, 0), None);
+
+    for i in [0, 1] {
+        c.kill(i);
+        c.restart(i);
+    }
+    wait_until(Duration::from_secs(60), "every node up", || all_up(&c));
+    let said = wait_for(Duration::from_secs(30), "the mixed builds said", || {
+        let m = upgrade_check(&c, 0).unwrap_or_default();
+        match m.contains("node 3 runs drove") && m.contains("nodes 1, 2 run drove") {
+            true => Ok(m),
+            false => Err(m),
+        }
+    });
+    assert!(said.starts_with("the nodes run different builds"), "{said}");
+    let o = c.drove(0, &["cluster", "upgrade", "finish"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("Cannot raise the cluster to feature level 2") && text(&o).contains("3"),
+        "{}",
+        text(&o)
+    );
+    let o = c.drove(1, &["cluster", "upgrade", "status", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let u: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(u["feature_level"], 1, "{u}");
+    let knows: Vec<u64> = u["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["features"].as_u64().unwrap())
+        .collect();
+    assert_eq!(knows, [2, 2, 1], "{u}");
+
+    c.kill(2);
+    c.restart(2);
+    wait_until(Duration::from_secs(60), "every node up", || all_up(&c));
+    wait_for(Duration::from_secs(30), "health to say finish", || {
+        let m = upgrade_check(&c, 2).unwrap_or_default();
+        match m.contains("every node knows feature level 2, the cluster is at level 1") {
+            true => Ok(()),
+            false => Err(m),
+        }
+    });
+    let o = c.drove(2, &["cluster", "upgrade", "finish"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("Cluster feature level raised from 1 to 2"),
+        "{}",
+        text(&o)
+    );
+    let o = c.drove(0, &["cluster", "upgrade", "finish"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("already at feature level 2"),
+        "{}",
+        text(&o)
+    );
+    let o = c.drove(0, &["vdi", "set", "plain", "--write-iops-limit", "100"]);
+    assert!(o.status.success(), "{}", text(&o));
+    c.create_vdi(
+        "capped",
+        "64M",
+        &["--copies", "3", "--write-iops-limit", "100"],
+    );
+    assert_eq!(upgrade_check(&c, 0), None);
+
+    // Node 3 goes back to a level-1 build: it may not record itself.
+    c.kill(2);
+    c.restart_env(2, &[], &[(LEVEL_ENV, "1")]);
+    wait_for_log(
+        &c,
+        2,
+        "Node 3 runs a build of cluster feature level 1, and the cluster is at level 2",
+    );
+}

@@ -128,6 +128,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/api/settings", post(settings))
         .route("/metrics", get(metrics))
         .merge(crate::lineage::router())
+        .merge(crate::upgrade::router())
         .merge(crate::bench::router())
         .merge(crate::wan::router())
         .merge(crate::auth::router())
@@ -195,6 +196,7 @@ async fn status(State(a): State<Admin>) -> ApiResult<api::Status> {
         vdi_count: state.vdis.len(),
         quorum_age_ms: st.quorum_age_ms,
         noout: state.settings.noout,
+        feature_level: state.settings.feature_level,
     }))
 }
 
@@ -693,6 +695,7 @@ async fn settings(
         noout: Some(s.noout),
         backfill_full_pct: Some(s.backfill_full_pct),
         default_qos: Some(s.default_qos),
+        feature_level: Some(s.feature_level),
     }))
 }
 

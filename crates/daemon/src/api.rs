@@ -144,6 +144,38 @@ pub struct Settings {
     /// limit of 0 lifts it).
     #[serde(default)]
     pub default_qos: Option<drove_types::Qos>,
+    /// The cluster's feature level (an answer only; `drove cluster upgrade finish`
+    /// raises it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_level: Option<u32>,
+}
+
+/// `GET /api/cluster/upgrade` and the answer of `POST /api/cluster/upgrade/finish`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Upgrade {
+    /// The cluster's feature level.
+    pub feature_level: u32,
+    /// The newest level the build of the node that answered knows.
+    pub this_build: u32,
+    /// The level before `finish` (absent in a status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub was: Option<u32>,
+    /// Every node in the map with the level its build knows.
+    pub nodes: Vec<NodeLevel>,
+}
+
+/// A node's build, as it recorded itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeLevel {
+    /// The node.
+    pub id: drove_types::NodeId,
+    /// Its zone.
+    pub zone: String,
+    /// The newest cluster feature level its build knows (1: a build from before
+    /// levels).
+    pub features: u32,
+    /// Its build version; empty from a build from before levels.
+    pub version: String,
 }
 
 pub use drove_meta::{check_token_name, Role};
@@ -242,6 +274,14 @@ pub struct Status {
     /// The maintenance flag `noout` is set: down nodes are not re-replicated.
     #[serde(default)]
     pub noout: bool,
+    /// The cluster's feature level (`drove cluster upgrade`); 1 from a node from
+    /// before levels.
+    #[serde(default = "base_level")]
+    pub feature_level: u32,
+}
+
+fn base_level() -> u32 {
+    drove_types::BASE_FEATURE_LEVEL
 }
 
 /// `GET /api/vdis` and `GET /api/vdis/{name}` query: `consistent=true` first makes
@@ -462,7 +502,8 @@ impl Level {
 pub struct HealthCheck {
     /// How bad.
     pub level: Level,
-    /// Which check: `quorum`, `nodes`, `recovery`, `disk`, `clock`, `lag` or `reach`.
+    /// Which check: `quorum`, `nodes`, `voters`, `upgrade`, `recovery`, `disk`,
+    /// `clock`, `lag` or `reach`.
     pub check: String,
     /// What was found, for a person.
     pub message: String,

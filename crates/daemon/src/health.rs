@@ -199,6 +199,7 @@ pub(crate) fn judge(
     checks.push(quorum(me, quorum_age));
     checks.extend(nodes(state));
     checks.extend(crate::health_voters::voters(&state.map, voters));
+    checks.extend(crate::upgrade::health_check(state));
     if state.settings.noout {
         checks.push(check(
             Level::Warn,

@@ -13,6 +13,8 @@ fn state() -> MetaState {
             .insert(NodeId(id), NodeInfo::new(NodeId(id), zone));
     }
     s.settings.default_copies = 2;
+    // As a cluster of this build is: its first node's record set the level.
+    s.settings.feature_level = drove_types::FEATURE_LEVEL;
     s
 }
 

@@ -33,6 +33,7 @@ mod rejection;
 mod role;
 mod sd_notify;
 mod settle;
+mod upgrade;
 pub mod wan;
 mod watch;
 

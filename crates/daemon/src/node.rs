@@ -53,6 +53,15 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
             drove_proto::version::TEST_RANGE_ENV
         );
     }
+    // The cluster feature level this node says it knows: the build's, unless a
+    // test lowered it.
+    let features = drove_types::level_for_node().map_err(Error::invalid)?;
+    if features != drove_types::FEATURE_LEVEL {
+        tracing::warn!(
+            "{}: this node says it knows cluster feature level {features} only (a test hook)",
+            drove_types::TEST_LEVEL_ENV
+        );
+    }
     // Certificates are checked before anything listens: a node that would serve
     // NBD without the TLS it was told to require must not start at all.
     let nbd_tls = if cfg.witness {
@@ -96,6 +105,8 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         nbd_socket,
         state: NodeState::Up,
         witness: cfg.witness,
+        features,
+        version: env!("CARGO_PKG_VERSION").to_string(),
     };
     let meta = Meta::open(MetaConfig {
         data_dir: cfg.data.clone(),

@@ -59,6 +59,13 @@ impl Meta {
                 ),
             };
         }
+        let level = self.state().settings.feature_level;
+        let knows = req.features.max(drove_types::BASE_FEATURE_LEVEL);
+        if knows < level {
+            let (kind, msg) = crate::state::too_old(drove_types::NodeId(req.id), knows, level);
+            tracing::warn!(node = req.id, knows, level, "refused a join: {msg}");
+            return Wire::Err { kind, msg };
+        }
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
         let node = BasicNode {
@@ -205,5 +212,40 @@ impl Meta {
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+}
+
+impl Meta {
+    /// Refuse to raise the cluster to feature level `level` while a metadata member
+    /// is not in the map as a node that knows it: such a member (a node that joined
+    /// and has not recorded itself yet) would be sent a log entry it cannot read.
+    /// The state machine checks the map's nodes again when the command applies.
+    pub(crate) fn members_know(&self, level: u32) -> drove_types::Result<()> {
+        let state = self.state();
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let unknown: Vec<String> = membership
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| {
+                state
+                    .map
+                    .nodes
+                    .get(&drove_types::NodeId(*id))
+                    .is_none_or(|n| n.feature_level() < level)
+            })
+            .map(|id| id.to_string())
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(drove_types::Error::new(
+            drove_types::ErrorKind::Invalid,
+            format!(
+                "Cannot raise the cluster to feature level {level}: metadata member(s) {} \
+                 do not run a build that knows it (or have not recorded themselves yet)",
+                unknown.join(", ")
+            ),
+        ))
     }
 }

@@ -117,6 +117,10 @@ pub(crate) struct JoinRequest {
     pub addr: String,
     /// Promote it to voter only while the cluster has fewer voters than this.
     pub max_voters: usize,
+    /// The newest cluster feature level its build knows (0, absent: a build from
+    /// before levels, which knows level 1): refused below the cluster's.
+    #[serde(default)]
+    pub features: u32,
 }
 
 /// The membership a joined node ended with.

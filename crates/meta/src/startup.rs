@@ -258,6 +258,7 @@ impl Meta {
             id: self.id,
             addr: self.cfg.addr.clone(),
             max_voters: self.cfg.max_voters,
+            features: self.cfg.node.feature_level(),
         };
         let deadline = Instant::now() + JOIN_TIMEOUT;
         let mut turn = 0usize;

@@ -229,6 +229,7 @@ impl MetaState {
     /// Deterministic: the result depends only on the state, the command and `now`. On
     /// error the state is unchanged. Each command goes to the handler of its area.
     pub fn apply(&mut self, cmd: &Command, now: u64) -> ApplyResult {
+        self.check_feature_level(cmd)?;
         match cmd {
             // Batches are taken apart by the state machine before they get here.
             Command::Batch(_) => Err(invalid("A batch of commands may not hold a batch".into())),
@@ -244,6 +245,7 @@ impl MetaState {
             Command::JudgeNodeState { id, state, .. } => self.judge_node_state(*id, *state, now),
             Command::JudgeNodes { verdicts, .. } => self.judge_nodes(verdicts, now),
             Command::RemoveNode { id } => self.remove_node(*id, now),
+            Command::FinishUpgrade { level } => self.finish_upgrade(*level),
             Command::TrimHistory { keep_from } => self.trim_history(*keep_from),
             // The VDI table (vdis.rs, delete.rs, lineage.rs, home.rs, policy.rs).
             Command::CreateVdi {
@@ -360,6 +362,7 @@ pub mod tokens;
 mod vdis;
 
 pub use command::{ApplyResult, Command, Reply};
+pub(crate) use membership::too_old;
 pub use settings::{Settings, DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S};
 pub use tokens::{ApiToken, Role};
 use vdis::check_copies;

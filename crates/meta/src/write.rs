@@ -41,6 +41,17 @@ impl Meta {
     /// Under a client request ([`crate::with_client_request`]) the command's request
     /// id comes from the client's, so the client's retry is applied at most once.
     pub async fn execute(&self, cmd: Command) -> Result<Reply> {
+        // A command of a feature level above the cluster's is refused here, before
+        // any node of an older build is sent a log entry it cannot read (the state
+        // machine refuses it too, but that is once every member has it in its log).
+        // This node's state may lag the leader's; the level only ever rises, so a
+        // lag refuses too much, never too little.
+        self.state()
+            .check_feature_level(&cmd)
+            .map_err(|(kind, msg)| Error::new(kind, msg))?;
+        if let Command::FinishUpgrade { level } = &cmd {
+            self.members_know(*level)?;
+        }
         let deadline = Instant::now() + WRITE_TIMEOUT;
         let req = Request {
             id: crate::client_req::next().unwrap_or_else(|| self.next_request_id()),

@@ -18,6 +18,7 @@ fn node(id: u64, zone: &str, weight: u32) -> NodeInfo {
         nbd_socket: format!("/run/drove/{id}.sock"),
         state: NodeState::Up,
         witness: false,
+        ..NodeInfo::new(NodeId(id), zone)
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod clock;
 mod error;
+mod features;
 mod ids;
 pub mod local_cluster;
 mod log_target;
@@ -20,6 +21,9 @@ mod vdi;
 mod voters;
 
 pub use error::{Error, ErrorKind, Result};
+pub use features::{
+    feature_name, level_for_node, BASE_FEATURE_LEVEL, FEATURE_LEVEL, TEST_LEVEL_ENV,
+};
 pub use ids::{ClusterId, Epoch, NodeId, ObjVersion, ObjectId, VdiId};
 pub use log_target::CONNECTION_LOG;
 pub use map::{ClusterMap, NodeInfo, NodeState};

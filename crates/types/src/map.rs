@@ -42,6 +42,19 @@ pub struct NodeInfo {
     /// it as its zone's voter. Absent in JSON when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub witness: bool,
+    /// The newest cluster feature level the node's build knows
+    /// ([`crate::FEATURE_LEVEL`]); 0 (absent in JSON) from a build older than
+    /// feature levels, which knows level 1 ([`NodeInfo::feature_level`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub features: u32,
+    /// The node's build version (`drove --version`); empty (absent in JSON) from a
+    /// build older than feature levels.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_false(b: &bool) -> bool {
@@ -49,7 +62,8 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl NodeInfo {
-    /// Node `id` in `zone`: up, weight 1, no addresses. Tests and simulations set
+    /// Node `id` in `zone`: up, weight 1, no addresses, of this build's feature level
+    /// and version. Tests and simulations set
     /// the fields they need on top (`NodeInfo { weight: 100, ..NodeInfo::new(..) }`).
     pub fn new(id: NodeId, zone: impl Into<String>) -> NodeInfo {
         NodeInfo {
@@ -62,7 +76,15 @@ impl NodeInfo {
             nbd_socket: String::new(),
             state: NodeState::Up,
             witness: false,
+            features: crate::FEATURE_LEVEL,
+            version: env!("CARGO_PKG_VERSION").to_string(),
         }
+    }
+
+    /// The newest cluster feature level the node's build knows (level 1 for a build
+    /// older than levels).
+    pub fn feature_level(&self) -> u32 {
+        self.features.max(crate::BASE_FEATURE_LEVEL)
     }
 
     /// Whether the node may hold a metadata vote: up, and a data node that is not

@@ -376,6 +376,13 @@ pub enum Command {
     /// Change the I/O limits new VDIs get when they do not set their own
     /// ([`super::Settings::default_qos`]), as [`Command::SetVdiQos`] changes a VDI's.
     SetDefaultQos(Qos),
+    /// Raise the cluster's feature level to `level` (`drove cluster upgrade
+    /// finish`): refused unless every node in the map knows it (an older build could
+    /// not read the commands the level allows) and it is higher than today's.
+    FinishUpgrade {
+        /// The new level.
+        level: u32,
+    },
 }
 
 impl Command {
@@ -420,6 +427,23 @@ impl Command {
             Command::SetDefaultQos(_) => "SetDefaultQos",
             Command::TrimHistory { .. } => "TrimHistory",
             Command::ForgetRun { .. } => "ForgetRun",
+            Command::FinishUpgrade { .. } => "FinishUpgrade",
+        }
+    }
+
+    /// The cluster feature level the command needs (`drove_types::FEATURE_LEVEL`):
+    /// a node of an older build could not read it, or would drop part of it.
+    pub fn feature_level(&self) -> u32 {
+        match self {
+            Command::Batch(reqs) => reqs
+                .iter()
+                .map(|r| r.cmd.feature_level())
+                .max()
+                .unwrap_or(drove_types::BASE_FEATURE_LEVEL),
+            Command::SetVdiQos { .. } | Command::SetDefaultQos(_) => 2,
+            Command::CreateVdi { qos, .. } if !qos.is_empty_change() => 2,
+            Command::FinishUpgrade { level } => *level,
+            _ => drove_types::BASE_FEATURE_LEVEL,
         }
     }
 }

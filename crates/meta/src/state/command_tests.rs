@@ -15,6 +15,9 @@ fn samples() -> Vec<Command> {
         admin_addr: "127.0.0.1:1".into(),
         peer_addr: "127.0.0.1:2".into(),
         nbd_addr: "127.0.0.1:3".into(),
+        // As the release before feature levels wrote it.
+        features: 0,
+        version: String::new(),
         ..NodeInfo::new(NodeId(4), "z1")
     };
     let inner = Request {

@@ -36,7 +36,64 @@ impl MetaState {
                 ));
             }
         }
+        let level = self.settings.feature_level;
+        if node.feature_level() < level {
+            return Err(too_old(node.id, node.feature_level(), level));
+        }
+        if self.map.nodes.is_empty() {
+            // The first node of a new cluster sets its level: no older build is
+            // a member yet. (A cluster begun before levels existed stays at 1.)
+            self.settings.feature_level = node.feature_level();
+        }
         self.upsert_node(node, now);
+        Ok(Reply::Done)
+    }
+
+    /// Refuse a command of a feature level above the cluster's: a member of an older
+    /// build could not read it.
+    pub(crate) fn check_feature_level(
+        &self,
+        cmd: &super::Command,
+    ) -> Result<(), (ErrorKind, String)> {
+        let needs = cmd.feature_level();
+        let level = self.settings.feature_level;
+        if needs <= level || matches!(cmd, super::Command::FinishUpgrade { .. }) {
+            return Ok(());
+        }
+        Err((
+            ErrorKind::Invalid,
+            format!(
+                "{} need cluster feature level {needs}, and the cluster is at level {level}: \
+                 once every node runs a build that knows level {needs}, run `drove cluster \
+                 upgrade finish`",
+                upper_first(drove_types::feature_name(needs))
+            ),
+        ))
+    }
+
+    /// [`super::Command::FinishUpgrade`]: every node in the map must know `level`.
+    pub(super) fn finish_upgrade(&mut self, level: u32) -> ApplyResult {
+        let now = self.settings.feature_level;
+        if level <= now {
+            return Err(invalid(format!(
+                "The cluster is already at feature level {now} (asked for {level})"
+            )));
+        }
+        let behind: Vec<String> = self
+            .map
+            .nodes
+            .values()
+            .filter(|n| n.feature_level() < level)
+            .map(|n| format!("node {} knows level {}", n.id, n.feature_level()))
+            .collect();
+        if !behind.is_empty() {
+            return Err(invalid(format!(
+                "Cannot raise the cluster to feature level {level}: {}; upgrade them (or \
+                 remove them with `drove node remove`) first",
+                behind.join(", ")
+            )));
+        }
+        self.settings.feature_level = level;
         Ok(Reply::Done)
     }
 
@@ -307,4 +364,24 @@ pub(super) fn check_node(
         return Err(invalid(format!("NBD socket path of node {id} is too long")));
     }
     Ok(())
+}
+
+/// A node's build knows only `knows`, below the cluster's `level`.
+pub(crate) fn too_old(id: NodeId, knows: u32, level: u32) -> (ErrorKind, String) {
+    (
+        ErrorKind::Invalid,
+        format!(
+            "Node {id} runs a build of cluster feature level {knows}, and the cluster is at \
+             level {level} ({}): run a drove build of level {level} or newer on it",
+            drove_types::feature_name(level)
+        ),
+    )
+}
+
+fn upper_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }

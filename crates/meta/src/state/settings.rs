@@ -37,6 +37,15 @@ pub struct Settings {
     /// cluster set --default-iops-limit`). Unlimited by default.
     #[serde(default, skip_serializing_if = "drove_types::Qos::is_unlimited")]
     pub default_qos: drove_types::Qos,
+    /// The cluster's feature level (see `drove_types::FEATURE_LEVEL`): commands of a
+    /// higher level are refused. A cluster begins at its first node's level (a state
+    /// from before levels reads as 1) and rises with [`super::Command::FinishUpgrade`].
+    #[serde(default = "base_feature_level")]
+    pub feature_level: u32,
+}
+
+fn base_feature_level() -> u32 {
+    drove_types::BASE_FEATURE_LEVEL
 }
 
 /// Default of [`Settings::backfill_full_pct`]: 90 %, between the 85 % at which
@@ -71,6 +80,7 @@ impl Default for Settings {
             noout: false,
             backfill_full_pct: DEFAULT_BACKFILL_FULL_PCT,
             default_qos: drove_types::Qos::default(),
+            feature_level: drove_types::BASE_FEATURE_LEVEL,
         }
     }
 }

@@ -22,6 +22,9 @@ fn sample() -> MetaState {
                 admin_addr: format!("127.0.0.1:{}", 7000 + i),
                 peer_addr: format!("127.0.0.1:{}", 8000 + i),
                 nbd_addr: format!("127.0.0.1:{}", 9000 + i),
+                // As the release before feature levels wrote it.
+                features: 0,
+                version: String::new(),
                 ..NodeInfo::new(NodeId(i), z)
             },
         );

@@ -13,6 +13,7 @@ fn node(id: u64, zone: &str) -> NodeInfo {
         nbd_socket: format!("/run/drove/{id}.sock"),
         state: NodeState::Up,
         witness: false,
+        ..NodeInfo::new(NodeId(id), zone)
     }
 }
 
@@ -70,6 +71,7 @@ fn test_default_state_counters() {
             noout: false,
             backfill_full_pct: 90,
             default_qos: Default::default(),
+            feature_level: 1,
         }
     );
 }
@@ -967,4 +969,100 @@ fn test_a_witness_joins_without_nbd_and_counts_for_no_copy_nor_home() {
         0,
     ));
     assert!(msg.contains("Bad NBD address"), "{msg}");
+}
+
+/// A node as the release before feature levels records itself: no level, no version.
+fn old_node(id: u64, zone: &str) -> NodeInfo {
+    NodeInfo {
+        features: 0,
+        version: String::new(),
+        ..node(id, zone)
+    }
+}
+
+#[test]
+fn test_a_new_cluster_starts_at_its_first_nodes_feature_level() {
+    let mut s = with_nodes(2);
+    assert_eq!(s.settings.feature_level, drove_types::FEATURE_LEVEL);
+    let limit = drove_types::Qos {
+        write_iops: Some(100),
+        ..Default::default()
+    };
+    s.apply(&Command::SetDefaultQos(limit), 101).unwrap();
+    // A node of an older build may not join it: it could not read that command.
+    s.apply(&Command::AllocateNodeId, 102).unwrap();
+    let (kind, msg) = err_of(s.apply(&Command::UpsertNode(old_node(3, "z")), 102));
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(
+        msg.contains(
+            "Node 3 runs a build of cluster feature level 1, and the cluster is at level 2"
+        ),
+        "{msg}"
+    );
+    assert!(!s.map.nodes.contains_key(&NodeId(3)));
+}
+
+#[test]
+fn test_a_cluster_begun_before_levels_uses_new_commands_only_after_upgrade_finish() {
+    // Replaying a log written by the release before levels: its nodes say nothing.
+    let mut s = MetaState::default();
+    add(&mut s, old_node(1, "z1"), 100);
+    add(&mut s, old_node(2, "z2"), 100);
+    assert_eq!(s.settings.feature_level, 1);
+    let limit = drove_types::Qos {
+        write_iops: Some(100),
+        ..Default::default()
+    };
+    s.apply(&create("disk", 1 << 30, Some(2)), 101).unwrap();
+    let mut capped = create("capped", 1 << 30, Some(2));
+    if let Command::CreateVdi { qos, .. } = &mut capped {
+        *qos = limit;
+    }
+    let before = s.clone();
+    for cmd in [
+        Command::SetVdiQos {
+            name: "disk".into(),
+            qos: limit,
+        },
+        Command::SetDefaultQos(limit),
+        capped,
+    ] {
+        let (kind, msg) = err_of(s.apply(&cmd, 102));
+        assert_eq!(kind, ErrorKind::Invalid, "{cmd:?}");
+        assert!(
+            msg.starts_with(
+                "Per-VDI I/O limits need cluster feature level 2, and the cluster is at level 1"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("drove cluster upgrade finish"), "{msg}");
+    }
+    assert_eq!(s, before, "a refused command changed the state");
+    // Node 1 is upgraded; node 2 is not yet: the level cannot rise.
+    add(&mut s, node(1, "z1"), 103);
+    let (_, msg) = err_of(s.apply(&Command::FinishUpgrade { level: 2 }, 104));
+    assert!(msg.contains("node 2 knows level 1"), "{msg}");
+    assert!(!msg.contains("node 1"), "{msg}");
+    assert_eq!(s.settings.feature_level, 1);
+    // Both upgraded: it rises, once.
+    add(&mut s, node(2, "z2"), 105);
+    s.apply(&Command::FinishUpgrade { level: 2 }, 106).unwrap();
+    assert_eq!(s.settings.feature_level, 2);
+    let (_, msg) = err_of(s.apply(&Command::FinishUpgrade { level: 2 }, 107));
+    assert!(msg.contains("already at feature level 2"), "{msg}");
+    s.apply(
+        &Command::SetVdiQos {
+            name: "disk".into(),
+            qos: limit,
+        },
+        108,
+    )
+    .unwrap();
+    // The level holds a node of the old build out from now on.
+    let (_, msg) = err_of(s.apply(&Command::UpsertNode(old_node(2, "z2")), 109));
+    assert!(msg.contains("cluster is at level 2"), "{msg}");
+    // And reads back from a snapshot; a state from before levels reads as level 1.
+    let json = serde_json::to_string(&s).unwrap();
+    let back: MetaState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.settings.feature_level, 2);
 }

@@ -44,6 +44,7 @@ fn node_info(addr: &str) -> NodeInfo {
         nbd_socket: "/tmp/none.sock".to_string(),
         state: NodeState::Up,
         witness: false,
+        ..NodeInfo::new(NodeId(0), "z1")
     }
 }
 
