@@ -28,8 +28,11 @@ pub enum SimCmd {
     /// cross-zone bytes, with the model's parameters.
     Paper(PaperSimArgs),
     /// The time to recover from the loss of one datacenter: VMs fill their VDIs,
-    /// every node of the last zone crashes for good, and the run measures when the
-    /// nodes left are clean again, with the epochs and `List` requests it took.
+    /// every node of one zone crashes for good (by default the zone holding the
+    /// metadata leader) while the VMs of the other zones keep writing, and the run
+    /// measures their longest write pause, when the lost nodes are marked down and
+    /// when the nodes left are clean again, with the epochs and `List` requests it
+    /// took.
     /// `--per-node-verdicts` replays the failure detector as it was before
     /// `JudgeNodes` (one epoch per node), for the comparison.
     DcLoss(DcLossArgs),
@@ -37,9 +40,21 @@ pub enum SimCmd {
 
 #[derive(Args)]
 pub struct DcLossArgs {
-    /// Zones ("datacenters"); the last one is lost.
+    /// Zones ("datacenters").
     #[arg(long, default_value_t = 4)]
     zones: usize,
+    /// The zone lost (z1, z2, ...) [default: with openraft, the zone holding the
+    /// metadata leader at the loss; in the model, the last zone].
+    #[arg(long)]
+    zone: Option<String>,
+    /// The metadata: `raft` (a real metadata service, openraft included, on every
+    /// node, over the simulated network) or `model` (one state machine for the
+    /// cluster, applied after a modelled commit time).
+    #[arg(long, default_value = "raft")]
+    meta: String,
+    /// The seed of every random choice drove's code makes (openraft's elections).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// drove nodes per zone.
     #[arg(long, default_value_t = 22)]
     nodes_per_zone: usize,
@@ -360,7 +375,18 @@ fn dc_loss(a: DcLossArgs, json: bool) -> Result<()> {
     }
     let delay =
         parse_duration_ms(&a.delay, 1).with_context(|| format!("Bad --delay '{}'", a.delay))?;
+    let Some(meta) = MetaMode::parse(&a.meta) else {
+        bail!("Unknown metadata '{}' in --meta: use raft or model", a.meta);
+    };
+    if let Some(z) = &a.zone {
+        if let Err(e) = drove_sim::dcloss::zone_index(z, a.zones) {
+            bail!("{e} (--zone)");
+        }
+    }
     let opts = drove_sim::dcloss::DcLossOpts {
+        meta,
+        zone: a.zone.clone(),
+        seed: a.seed,
         model: drove_sim::Model {
             zones: a.zones,
             nodes_per_zone: a.nodes_per_zone,

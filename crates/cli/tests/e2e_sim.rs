@@ -51,12 +51,22 @@ fn test_bad_simulator_arguments_are_refused_with_a_reason() {
         (&["paper", "--policy", "async"][..], "async"),
         (&["paper", "--ops", "fast-write"][..], "fast-write"),
         (&["dc-loss", "--zones", "1"][..], "2 zones"),
+        (
+            &["dc-loss", "--zone", "z9"][..],
+            "Unknown zone 'z9': the zones are z1, z2, z3, z4 (--zone)",
+        ),
+        (
+            &["dc-loss", "--zones", "3", "--zone", "dc1"][..],
+            "the zones are z1, z2, z3",
+        ),
+        (&["dc-loss", "--meta", "paxos"][..], "use raft or model"),
     ] {
         let o = sim(args);
         let err = text(&o.stderr);
         assert!(!o.status.success(), "{args:?} was accepted");
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
     }
 }
 
@@ -102,8 +112,16 @@ fn test_the_simulated_paper_and_datacenter_loss_give_their_figures() {
     ]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
-    assert!(out.contains("1 epochs"), "{out}");
     assert!(out.contains("every node left clean after"), "{out}");
+    assert!(
+        out.contains("zone z1 held the metadata leader at the loss: yes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("every running node clean at the last epoch at the end: yes"),
+        "{out}"
+    );
+    assert!(out.contains("longest write pause"), "{out}");
 }
 
 #[test]
