@@ -682,7 +682,21 @@ impl Recoverer {
                     .iter()
                     .any(|(m, d)| *m == n && vouches(n, d, best, zone_sync, &near))
             };
-            let silent = view.unvouched(oid, since(&source), &readable);
+            let mut silent = view.unvouched(oid, since(&source), &readable);
+            if cu.lost_unflushed() && vouches(self.me, &mine, best, zone_sync, &near) {
+                // This node has answered, with its copy as its disk kept it: that
+                // is all it will ever say, so it is not waited for. An epoch whose
+                // only witness it is has no better answer anywhere: the writes
+                // acknowledged durable then are on its disk, and the others were
+                // on no copy that kept its page cache. An epoch with another
+                // witness still waits for that one (seed 205 above). Waited for,
+                // the node waited for itself for good (it becomes clean only once
+                // its copies are current): after the whole site lost power, nodes
+                // 2 and 3 each took an epoch's writes alone while the other was
+                // down, and neither ever made its copy current (`drove sim faults
+                // --seed 293`; also `--seed 91`).
+                silent.remove(&self.me);
+            }
             if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
                 // Those that answered with a copy failing its checksums are asked to
                 // mend it: waiting is for them, and nothing else repairs a copy
