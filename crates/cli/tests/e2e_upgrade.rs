@@ -238,17 +238,23 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
         "{}",
         text(&o)
     );
-    let o = c.drove(1, &["cluster", "upgrade", "status", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let u: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(u["feature_level"], 1, "{u}");
-    let knows: Vec<u64> = u["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["features"].as_u64().unwrap())
-        .collect();
-    assert_eq!(knows, [2, 2, 1], "{u}");
+    // Asked of node 2, whose own view may lag a moment behind node 1's.
+    wait_for(Duration::from_secs(30), "node 2 to list the builds", || {
+        let o = c.drove(1, &["cluster", "upgrade", "status", "--json"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let u: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(u["feature_level"], 1, "{u}");
+        let knows: Vec<u64> = u["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["features"].as_u64().unwrap())
+            .collect();
+        match knows == [2, 2, 1] {
+            true => Ok(()),
+            false => Err(u.to_string()),
+        }
+    });
 
     c.kill(2);
     c.restart(2);
