@@ -216,6 +216,25 @@ impl Meta {
                 msg: format!("{} is made by the leader, not sent to it", req.cmd.kind()),
             };
         }
+        // A command of a level above the cluster's, or a level raised while a member
+        // does not know it, is refused before it is proposed: once in the log, a
+        // member of an older build could not read it (the sender should have checked;
+        // a message from the network is not trusted to have).
+        let level_ok = self
+            .state()
+            .check_feature_level(&req.cmd)
+            .map_err(|(kind, msg)| drove_types::Error::new(kind, msg))
+            .and_then(|()| match &req.cmd {
+                crate::state::Command::FinishUpgrade { level } => self.members_know(*level),
+                _ => Ok(()),
+            });
+        if let Err(e) = level_ok {
+            tracing::warn!(kind = req.cmd.kind(), "refused a forwarded command: {e}");
+            return Wire::Err {
+                kind: e.kind(),
+                msg: e.message().to_string(),
+            };
+        }
         self.local_write_within(req, SERVE_TIMEOUT).await
     }
 
