@@ -66,11 +66,12 @@ pub async fn run(cmd: UpgradeCmd, ctx: &Ctx) -> Result<()> {
                 })
                 .collect();
             table::print(&["NODE", "ZONE", "KNOWS LEVEL", "VERSION"], &rows);
-            let newest = u.nodes.iter().map(|n| n.features).min().unwrap_or(0);
-            if newest > u.feature_level {
+            // The level every node knows: the lowest any node's build knows.
+            let all_know = u.nodes.iter().map(|n| n.features).min().unwrap_or(0);
+            if all_know > u.feature_level {
                 println!(
-                    "Every node knows level {newest}: run `drove cluster upgrade finish` to use {}.",
-                    drove_types::feature_name(newest)
+                    "Every node knows level {all_know}: run `drove cluster upgrade finish` to use {}.",
+                    drove_types::feature_name(all_know)
                 );
             } else if u.nodes.iter().any(|n| n.features < u.this_build) {
                 println!(
