@@ -25,7 +25,8 @@ impl MetaState {
         Ok(VdiId(id))
     }
 
-    fn check_new_name(&self, name: &str) -> Result<(), (ErrorKind, String)> {
+    /// `name` is a valid name no VDI has.
+    pub(super) fn check_new_name(&self, name: &str) -> Result<(), (ErrorKind, String)> {
         validate_name(name).map_err(|e| invalid(e.message().to_string()))?;
         if self.vdis.contains_key(name) {
             return Err((

@@ -149,15 +149,9 @@ impl MetaState {
             .map_err(|e| invalid(e.message().to_string()))?;
         validate_max_lag(max_lag_ms, max_lag_bytes)
             .map_err(|e| invalid(e.message().to_string()))?;
-        if self.vdis.contains_key(name) {
-            return Err((
-                ErrorKind::AlreadyExists,
-                format!(
-                    "VDI '{name}' already exists",
-                    name = drove_types::shown(name)
-                ),
-            ));
-        }
+        // After the limits' checks, as before: a command with two faults gets
+        // the same refusal from every build.
+        self.check_new_name(name)?;
         if !object_size.is_power_of_two()
             || u64::from(object_size) < BLOCK_SIZE
             || object_size > MAX_OBJECT_SIZE
