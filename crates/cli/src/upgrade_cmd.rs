@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use drove_daemon::api::Upgrade;
 
-use crate::client::{print_json, Ctx};
+use crate::client::{print_json, Ctx, Refused};
 use crate::table;
 
 /// `drove cluster upgrade` subcommands.
@@ -23,12 +23,13 @@ pub enum UpgradeCmd {
 
 pub async fn run(cmd: UpgradeCmd, ctx: &Ctx) -> Result<()> {
     let u: Upgrade = match cmd {
-        UpgradeCmd::Status => ctx.get("/api/cluster/upgrade").await?,
+        UpgradeCmd::Status => ctx.get("/api/cluster/upgrade").await,
         UpgradeCmd::Finish => {
             ctx.post("/api/cluster/upgrade/finish", &serde_json::json!({}))
-                .await?
+                .await
         }
-    };
+    }
+    .map_err(older_node)?;
     if ctx.json {
         return print_json(&u);
     }
@@ -82,4 +83,20 @@ pub async fn run(cmd: UpgradeCmd, ctx: &Ctx) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A node of a build from before feature levels has no upgrade routes: its "not
+/// found" says so, instead of a bare "Not Found".
+fn older_node(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<Refused>() {
+        Some(r) if r.kind == "not_found" => Refused {
+            kind: r.kind.clone(),
+            message: "The node asked runs a drove build from before cluster feature levels \
+                      (it is at level 1 and has no `cluster upgrade`): ask a node that runs \
+                      the new build (--cluster), or upgrade this one first"
+                .to_string(),
+        }
+        .into(),
+        _ => e,
+    }
 }

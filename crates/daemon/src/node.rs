@@ -244,6 +244,12 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let scrub_task = tokio::spawn(background_scrub(recoverer.clone(), cfg.scrub_every));
     let clean_of = recoverer.clone();
     let iostat_task = tokio::spawn(crate::iostat::publish(metrics.clone()));
+    let build_task = tokio::spawn(crate::upgrade::keep_build_recorded(
+        meta.clone(),
+        me,
+        info.features,
+        info.version.clone(),
+    ));
     // A full disk does not make the node unhealthy: it stays up and serves reads,
     // and writes that need new space there fail with ENOSPC (see
     // drove_objstore's reserve). Marking it down would move its objects onto disks
@@ -338,6 +344,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     health_task.abort();
     disk_task.abort();
     iostat_task.abort();
+    build_task.abort();
     peer_task.abort();
     admin_task.abort();
     outcome

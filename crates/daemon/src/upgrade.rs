@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use drove_meta::{Command, MetaState};
-use drove_types::FEATURE_LEVEL;
+use drove_types::{NodeId, NodeInfo, FEATURE_LEVEL};
 
 use crate::admin::{Admin, ApiErr};
 use crate::api;
@@ -120,10 +120,87 @@ pub(crate) fn health_check(state: &MetaState) -> Option<api::HealthCheck> {
     })
 }
 
+/// What each node's record in the map says of its build: (features, version).
+type Builds = std::collections::BTreeMap<NodeId, (u32, String)>;
+
+fn builds(state: &MetaState) -> Builds {
+    state
+        .map
+        .nodes
+        .values()
+        .map(|n| (n.id, (n.features, n.version.clone())))
+        .collect()
+}
+
+/// The record node `me` should write again, if any: its own as the map has it,
+/// with this build's `features` and `version`.
+///
+/// A node records its build at start. But a member of an older build applies that
+/// record without the fields it does not know, and keeps the loss in its state
+/// (and in the snapshots it sends) even after it is upgraded in turn; a rolling
+/// upgrade left nodes 2 and 3 at level 1 in the last node's state this way, and
+/// `finish` was refused. So a node records its build again when its record in its
+/// own map says otherwise, and whenever another node's build changes (that node
+/// restarted with a new build, and may have lost what the others recorded while
+/// it ran an older one). The rest of the record is the map's, unchanged: a
+/// drained node's weight stays 0.
+fn record_again(
+    seen: &Builds,
+    state: &MetaState,
+    me: NodeId,
+    features: u32,
+    version: &str,
+) -> Option<NodeInfo> {
+    let mine = state.map.nodes.get(&me)?;
+    let now = builds(state);
+    let others_changed = now
+        .iter()
+        .any(|(id, b)| *id != me && seen.get(id).is_some_and(|was| was != b));
+    if !others_changed && mine.features == features && mine.version == version {
+        return None;
+    }
+    let mut n = mine.clone();
+    n.features = features;
+    n.version = version.to_string();
+    Some(n)
+}
+
+/// Keep node `me`'s record of its build (`features`, `version`) in the map: see
+/// [`record_again`]. Runs once the node has recorded itself at start.
+pub async fn keep_build_recorded(
+    meta: std::sync::Arc<drove_meta::Meta>,
+    me: NodeId,
+    features: u32,
+    version: String,
+) {
+    let mut seen = builds(&meta.state());
+    let mut tick = tokio::time::interval(RECORD_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let state = meta.state();
+        let now = builds(&state);
+        let Some(n) = record_again(&seen, &state, me, features, &version) else {
+            seen = now;
+            continue;
+        };
+        match meta.execute(Command::UpsertNode(n)).await {
+            Ok(_) => {
+                tracing::info!(node = %me, "recorded this node's build again ({version}, feature level {features})");
+                seen = now;
+            }
+            // Tried again at the next tick (`seen` is kept).
+            Err(e) => tracing::warn!(node = %me, "could not record this node's build: {e}"),
+        }
+    }
+}
+
+/// How often a node looks at the map's record of its build.
+const RECORD_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drove_types::{NodeId, NodeInfo};
 
     fn state(nodes: &[(u64, u32, &str)], level: u32) -> MetaState {
         let mut s = MetaState::default();
@@ -164,5 +241,30 @@ mod tests {
             .unwrap()
             .message
             .starts_with("every node knows feature level 2, the cluster is at level 1"));
+    }
+
+    #[test]
+    fn test_a_node_records_its_build_again_when_its_record_or_another_nodes_build_changes() {
+        let me = NodeId(2);
+        // Its record is right and nothing changed: nothing to write.
+        let st = state(&[(1, 2, "0.2.0"), (2, 2, "0.2.0")], 1);
+        assert_eq!(record_again(&builds(&st), &st, me, 2, "0.2.0"), None);
+        // Its record lost the fields (applied by a member of an older build).
+        let lost = state(&[(1, 2, "0.2.0"), (2, 0, "")], 1);
+        let mut drained = lost.clone();
+        drained.map.nodes.get_mut(&me).unwrap().weight = 0;
+        let n = record_again(&builds(&drained), &drained, me, 2, "0.2.0").unwrap();
+        assert_eq!((n.id, n.features, n.version.as_str()), (me, 2, "0.2.0"));
+        assert_eq!(n.weight, 0, "the rest of the record is the map's");
+        // Another node came back with a new build: its state may lack this
+        // node's record, so it is written again although it looks right here.
+        let before = state(&[(1, 0, ""), (2, 2, "0.2.0")], 1);
+        let after = state(&[(1, 2, "0.2.0"), (2, 2, "0.2.0")], 1);
+        assert!(record_again(&builds(&before), &after, me, 2, "0.2.0").is_some());
+        // A node not in the map yet (or removed) writes nothing.
+        assert_eq!(
+            record_again(&Builds::new(), &st, NodeId(9), 2, "0.2.0"),
+            None
+        );
     }
 }
