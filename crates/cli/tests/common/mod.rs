@@ -144,6 +144,28 @@ impl Cluster {
         c
     }
 
+    /// The cluster another `drove up` (another build's, say) started in `dir`.
+    pub fn adopt_dir(dir: tempfile::TempDir) -> Cluster {
+        let mut c = Cluster {
+            dir,
+            nodes: Vec::new(),
+            tls: None,
+            extra: Vec::new(),
+        };
+        c.reload();
+        c
+    }
+
+    /// Stop node `i` as systemd would (SIGTERM) and wait until it has exited.
+    pub fn stop(&mut self, i: usize) {
+        let pid = self.nodes[i].pid;
+        signal(pid, Signal::TERM);
+        wait_until(Duration::from_secs(60), "stopped node to exit", || {
+            reap(pid);
+            !exists(pid)
+        });
+    }
+
     pub fn reload(&mut self) {
         let bytes = std::fs::read(self.dir.path().join("cluster.json")).unwrap();
         let f: drove_types::local_cluster::ClusterFile = serde_json::from_slice(&bytes).unwrap();
