@@ -134,14 +134,7 @@ impl Cluster {
         prepare(&mut up);
         let o = run(&mut up);
         assert!(o.status.success(), "drove up failed: {}", text(&o));
-        let mut c = Cluster {
-            dir,
-            nodes: Vec::new(),
-            tls: None,
-            extra: Vec::new(),
-        };
-        c.reload();
-        c
+        Cluster::adopt_dir(dir)
     }
 
     /// The cluster another `drove up` (another build's, say) started in `dir`.
