@@ -144,15 +144,16 @@ fn builds(state: &MetaState) -> Builds {
 /// restarted with a new build, and may have lost what the others recorded while
 /// it ran an older one). The rest of the record is the map's, unchanged: a
 /// drained node's weight stays 0.
+/// `now` is `builds(state)`, which the caller keeps as what it has seen.
 fn record_again(
     seen: &Builds,
+    now: &Builds,
     state: &MetaState,
     me: NodeId,
     features: u32,
     version: &str,
 ) -> Option<NodeInfo> {
     let mine = state.map.nodes.get(&me)?;
-    let now = builds(state);
     let others_changed = now
         .iter()
         .any(|(id, b)| *id != me && seen.get(id).is_some_and(|was| was != b));
@@ -180,7 +181,7 @@ pub async fn keep_build_recorded(
         tick.tick().await;
         let state = meta.state();
         let now = builds(&state);
-        let Some(n) = record_again(&seen, &state, me, features, &version) else {
+        let Some(n) = record_again(&seen, &now, &state, me, features, &version) else {
             seen = now;
             continue;
         };
@@ -248,22 +249,33 @@ mod tests {
         let me = NodeId(2);
         // Its record is right and nothing changed: nothing to write.
         let st = state(&[(1, 2, "0.2.0"), (2, 2, "0.2.0")], 1);
-        assert_eq!(record_again(&builds(&st), &st, me, 2, "0.2.0"), None);
+        assert_eq!(
+            record_again(&builds(&st), &builds(&st), &st, me, 2, "0.2.0"),
+            None
+        );
         // Its record lost the fields (applied by a member of an older build).
         let lost = state(&[(1, 2, "0.2.0"), (2, 0, "")], 1);
         let mut drained = lost.clone();
         drained.map.nodes.get_mut(&me).unwrap().weight = 0;
-        let n = record_again(&builds(&drained), &drained, me, 2, "0.2.0").unwrap();
+        let n = record_again(
+            &builds(&drained),
+            &builds(&drained),
+            &drained,
+            me,
+            2,
+            "0.2.0",
+        )
+        .unwrap();
         assert_eq!((n.id, n.features, n.version.as_str()), (me, 2, "0.2.0"));
         assert_eq!(n.weight, 0, "the rest of the record is the map's");
         // Another node came back with a new build: its state may lack this
         // node's record, so it is written again although it looks right here.
         let before = state(&[(1, 0, ""), (2, 2, "0.2.0")], 1);
         let after = state(&[(1, 2, "0.2.0"), (2, 2, "0.2.0")], 1);
-        assert!(record_again(&builds(&before), &after, me, 2, "0.2.0").is_some());
+        assert!(record_again(&builds(&before), &builds(&after), &after, me, 2, "0.2.0").is_some());
         // A node not in the map yet (or removed) writes nothing.
         assert_eq!(
-            record_again(&Builds::new(), &st, NodeId(9), 2, "0.2.0"),
+            record_again(&Builds::new(), &builds(&st), &st, NodeId(9), 2, "0.2.0"),
             None
         );
     }
