@@ -772,6 +772,68 @@ fn nbd_uri_of(xml: &str) -> String {
     )
 }
 
+/// DROVE_NBD_RECONNECT_DELAY in drove.conf reaches the filtered deployment file
+/// through the marker: 0 leaves the reconnect out; a value that is not a number is
+/// refused by tm clone and, in a marker, by the filter, each naming the variable.
+fn assert_reconnect_delay_setting(one: &One, dep: &Path) {
+    let conf = std::fs::read_to_string(&one.conf).unwrap();
+    let filter = |delay: &str| {
+        std::fs::write(
+            &one.conf,
+            format!("{conf}DROVE_NBD_RECONNECT_DELAY={delay}\n"),
+        )
+        .unwrap();
+        one.run(
+            "tm",
+            "clone",
+            &["drove:one-3", &one.disk(22, 0), "22", "100"],
+            None,
+        )
+    };
+    let o = filter("0");
+    assert!(o.status.success(), "{}", text(&o));
+    let dep22 = one.vm_dir(22).join("deployment.0");
+    std::fs::write(&dep22, deployment_xml(&one.vm_dir(22), 22)).unwrap();
+    let o = run(Command::new(integ().join("vmm/kvm/drove_deploy_filter")).arg(&dep22));
+    assert!(o.status.success(), "{}", text(&o));
+    let xml = std::fs::read_to_string(&dep22).unwrap();
+    assert!(nbd_uri_of(&xml).ends_with(&format!("socket={}", one.c.nodes[0].nbd_unix)));
+    assert!(!xml.contains("<reconnect"), "delay 0: no reconnect:\n{xml}");
+    one.ok("tm", "delete", &[&one.disk(22, 0), "22", "100"], None);
+
+    let o = filter("30s");
+    assert!(!o.status.success(), "tm clone took a delay of '30s'");
+    assert!(
+        text(&o).contains("DROVE_NBD_RECONNECT_DELAY"),
+        "{}",
+        text(&o)
+    );
+    std::fs::write(&one.conf, &conf).unwrap();
+
+    // A marker written by hand (or damaged) with a bad delay: the filter refuses it
+    // and leaves the deployment file as it was.
+    let marker = one.vm_dir(20).join("disk.0.drove");
+    let good = std::fs::read_to_string(&marker).unwrap();
+    std::fs::write(&marker, format!("{good}DROVE_NBD_RECONNECT_DELAY=-1\n")).unwrap();
+    let before = std::fs::read_to_string(dep).unwrap();
+    let fresh = one.vm_dir(20).join("deployment.bad");
+    std::fs::write(&fresh, deployment_xml(&one.vm_dir(20), 20)).unwrap();
+    let o = run(Command::new(integ().join("vmm/kvm/drove_deploy_filter")).arg(&fresh));
+    assert!(!o.status.success(), "the filter took a delay of -1");
+    assert!(
+        text(&o).contains("DROVE_NBD_RECONNECT_DELAY"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&fresh).unwrap(),
+        deployment_xml(&one.vm_dir(20), 20)
+    );
+    std::fs::remove_file(&fresh).unwrap();
+    std::fs::write(&marker, good).unwrap();
+    assert_eq!(std::fs::read_to_string(dep).unwrap(), before);
+}
+
 #[test]
 fn test_opennebula_vm_boots_from_a_disk_tm_clone_made() {
     let Some(kit) = require_ok(VmKit::find()) else {
@@ -811,6 +873,12 @@ fn test_opennebula_vm_boots_from_a_disk_tm_clone_made() {
     );
     let uri = nbd_uri_of(&xml);
     assert_eq!(uri, one.c.nodes[0].uri("one-3-20-0"));
+    // QEMU holds the guest's I/O while the node restarts (drove.conf's default).
+    assert!(
+        xml.contains("<reconnect delay=\"30\" />"),
+        "the disk source asks QEMU to reconnect:\n{xml}"
+    );
+    assert_reconnect_delay_setting(&one, &dep);
 
     let tmp = one.tmp.path();
     let script = kit.initramfs(

@@ -45,6 +45,11 @@ drove_load_conf() {
     : "${DROVE_NAME_PREFIX:=one}"
     : "${DROVE_NBD_SOCKET:=/var/lib/drove/nbd.sock}"
     : "${DROVE_NBD_TCP:=}"
+    : "${DROVE_NBD_RECONNECT_DELAY:=30}"
+    # Checked before any script acts: it ends up in libvirt XML on the hypervisor.
+    case $DROVE_NBD_RECONNECT_DELAY in
+    '' | *[!0-9]*) drove_die "DROVE_NBD_RECONNECT_DELAY must be a whole number of seconds, not '$DROVE_NBD_RECONNECT_DELAY'" ;;
+    esac
     : "${DROVE_EPHEMERAL_CLONES:=no}"
     : "${DROVE_COPIES:=}"
     : "${DROVE_SSH:=ssh}"
@@ -356,6 +361,7 @@ rm -f $(printf %q "$path")
 cat > $(printf %q "$path.drove") <<'EOF'
 DROVE_VDI=$vdi
 DROVE_NBD_URI=$uri
+DROVE_NBD_RECONNECT_DELAY=$DROVE_NBD_RECONNECT_DELAY
 EOF" || drove_die "cannot write $host:$path.drove"
 }
 

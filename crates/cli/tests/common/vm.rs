@@ -136,25 +136,22 @@ impl VmKit {
         out
     }
 
-    /// The kernel, the initramfs and the disk at `uri` (virtio, no host cache),
+    /// The kernel, the initramfs and the disk given by its `-drive` option,
     /// powering off instead of rebooting.
-    fn guest_args(&self, initrd: &Path, uri: &str) -> Vec<std::ffi::OsString> {
-        self.guest_args_drive(
-            initrd,
-            &format!("file={uri},format=raw,if=virtio,cache=none"),
-        )
+    fn guest_args_drive(&self, initrd: &Path, drive: &str) -> Vec<std::ffi::OsString> {
+        self.guest_args_disk(initrd, &["-drive".to_string(), drive.to_string()])
     }
 
-    /// [`VmKit::guest_args`] with the `-drive` option given whole.
-    fn guest_args_drive(&self, initrd: &Path, drive: &str) -> Vec<std::ffi::OsString> {
+    /// [`VmKit::guest_args_drive`] with the disk's QEMU arguments given whole
+    /// (`-blockdev ... -device virtio-blk-pci,...`).
+    fn guest_args_disk(&self, initrd: &Path, disk: &[String]) -> Vec<std::ffi::OsString> {
         let mut a: Vec<std::ffi::OsString> = vec!["-no-reboot".into(), "-kernel".into()];
         a.push(self.kernel.clone().into_os_string());
         a.push("-initrd".into());
         a.push(initrd.as_os_str().to_owned());
         a.push("-append".into());
         a.push("console=ttyS0 panic=-1 quiet".into());
-        a.push("-drive".into());
-        a.push(drive.into());
+        a.extend(disk.iter().map(Into::into));
         a
     }
 
@@ -223,6 +220,13 @@ impl VmKit {
     /// `qemu.err`, `qmp.sock`). Source and destination of a migration must be started
     /// with the same `initrd` and `uri` form: QEMU requires identical device setups.
     pub fn start(&self, initrd: &Path, uri: &str, dir: &Path, start: Start) -> Vm {
+        let drive = format!("file={uri},format=raw,if=virtio,cache=none");
+        self.start_disk(initrd, &["-drive".to_string(), drive], dir, start)
+    }
+
+    /// [`VmKit::start`] with the disk's QEMU arguments given whole (`-blockdev
+    /// driver=nbd,... -device virtio-blk-pci,drive=...`).
+    pub fn start_disk(&self, initrd: &Path, disk: &[String], dir: &Path, start: Start) -> Vm {
         std::fs::create_dir_all(dir).unwrap();
         let console_log = dir.join("console.log");
         let qmp_sock = dir.join("qmp.sock");
@@ -237,7 +241,7 @@ impl VmKit {
             "-display",
             "none",
         ])
-        .args(self.guest_args(initrd, uri))
+        .args(self.guest_args_disk(initrd, disk))
         .args(["-serial", "stdio"])
         .args([
             "-qmp",
