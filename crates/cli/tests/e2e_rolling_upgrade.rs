@@ -4,7 +4,11 @@
 //! as an operator would: SIGTERM, start this build on the same data directory and
 //! ports, wait for every node to be up, next node. While each node restarts, fio
 //! writes 4 KiB blocks with a FLUSH after each through another node and verifies
-//! every block afterwards. Then `vdi check` must find every copy identical, every
+//! every block afterwards, and a VM (TCG, its disk on node 3's unix socket with the
+//! documented `reconnect-delay`) writes and verifies a counter and a log of records
+//! in a loop the whole time, riding through node 3's own restart. Then the guest's
+//! final verify and a read of its disk through node 1 must find every record, `vdi
+//! check` must find every copy identical, every
 //! node must report this build's feature level, features of the new level must be
 //! refused until `cluster upgrade finish` and accepted after.
 //!
@@ -16,6 +20,8 @@
 //! `scripts/rolling-upgrade.sh`, which keeps its output in bench/results/.
 mod common;
 
+use common::guest_loop::*;
+use common::vm::{Start, VmKit};
 use common::*;
 use serde_json::Value;
 use std::process::Command;
@@ -31,7 +37,10 @@ fn json(o: &std::process::Output) -> Value {
 fn test_a_rolling_upgrade_from_the_last_release_under_fio_verify() {
     let old = std::env::var("DROVE_OLD_BIN")
         .expect("DROVE_OLD_BIN: the last release's drove binary (scripts/rolling-upgrade.sh)");
-    if !require(&["fio", "qemu-io"]) {
+    let Some(kit) = require_ok(VmKit::find()) else {
+        return;
+    };
+    if !require(&["fio", "qemu-io", "qemu-img"]) {
         return;
     }
     let o = run(Command::new(&old).arg("--version"));
@@ -66,6 +75,15 @@ fn test_a_rolling_upgrade_from_the_last_release_under_fio_verify() {
         text(&o)
     );
 
+    // The VM, on node 3, running through every restart.
+    c.create_vdi("vm", "32M", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let initrd = kit.initramfs(&tmp.path().join("initrd"), &guest_script());
+    let disk = documented_disk(&c.nodes[2].nbd_unix, "vm");
+    let mut vm = kit.start_disk(&initrd, &disk, &tmp.path().join("vm"), Start::Boot);
+    wait_for_tick(&vm, 5, "the VM's loop to run");
+    let gaps = TickGaps::watch(&vm);
+
     // Node 3, node 2, node 1, each while fio writes through another node.
     let mut stalls = Vec::new();
     for i in [2usize, 1, 0] {
@@ -88,6 +106,9 @@ fn test_a_rolling_upgrade_from_the_last_release_under_fio_verify() {
                 Err(s.to_string())
             }
         });
+        // The VM's loop goes on (on node 3 after its own restart too).
+        wait_for_tick(&vm, last_tick(&vm) + 3, "the VM's loop after the restart");
+        let vm_gap = gaps.take_longest();
         let mut load = load;
         assert!(
             load.try_wait().unwrap().is_none(),
@@ -105,12 +126,24 @@ fn test_a_rolling_upgrade_from_the_last_release_under_fio_verify() {
         let ios = job["write"]["total_ios"].as_u64().unwrap();
         eprintln!(
             "node {} restarted as this build: fio through node {}: {ios} writes verified, \
-             longest write or FLUSH {max_ms:.1} ms",
+             longest write or FLUSH {max_ms:.1} ms; the VM (node 3): longest time \
+             between two rounds of its loop {:.1} ms, at round {}",
             i + 1,
-            via + 1
+            via + 1,
+            vm_gap.as_secs_f64() * 1e3,
+            last_tick(&vm)
         );
-        stalls.push((i + 1, max_ms));
+        stalls.push((i + 1, max_ms, vm_gap.as_millis()));
     }
+
+    // The guest's own final verify, then its disk read through node 1.
+    drop(gaps);
+    let last = finish(&mut vm, "the VM after the upgrade");
+    verify_records(
+        &read_image(&c.nodes[0].uri("vm"), tmp.path(), disk_len(last)),
+        last,
+    );
+    eprintln!("the VM: {last} rounds, no I/O error, every record read back through node 1");
 
     // Every copy identical after three restarts under writes.
     let r = json(&c.drove(0, &["vdi", "check", "load", "--json"]));
@@ -148,5 +181,10 @@ fn test_a_rolling_upgrade_from_the_last_release_under_fio_verify() {
     assert!(o.status.success(), "limits after finish: {}", text(&o));
     qemu_io(&c.nodes[2].uri("load"), &["read 0 4M".into()]);
 
-    eprintln!("longest write or FLUSH per restart (node, ms): {stalls:?}");
+    let r = json(&c.drove(0, &["vdi", "check", "vm", "--json"]));
+    assert_eq!(r["identical"], r["objects"], "{r}");
+    eprintln!(
+        "per restart (node, longest fio write or FLUSH ms, longest VM loop round ms): \
+         {stalls:?}"
+    );
 }

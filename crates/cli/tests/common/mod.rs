@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod fua;
+pub mod guest_loop;
 pub mod netns;
 pub mod outage;
 pub mod vm;

@@ -286,6 +286,11 @@ impl Vm {
         String::from_utf8_lossy(&std::fs::read(&self.console_log).unwrap_or_default()).into_owned()
     }
 
+    /// The file the serial console is logged to.
+    pub fn console_path(&self) -> &Path {
+        &self.console_log
+    }
+
     /// What QEMU itself printed on stderr (errors, warnings).
     pub fn qemu_errors(&self) -> String {
         std::fs::read_to_string(self.dir.join("qemu.err")).unwrap_or_default()
