@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The rolling-upgrade test (issue 44, item 4): a cluster of the last release,
-# upgraded node by node to this build under fio writes with verify
-# (crates/cli/tests/e2e_rolling_upgrade.rs). Builds the last release's binary from
+# upgraded node by node to this build under fio writes with verify and a VM
+# checking its own disk (crates/cli/tests/e2e_rolling_upgrade.rs). Builds the last release's binary from
 # its git commit once (in target/old-release, a worktree and target of its own;
 # 10-20 minutes on 2 cores), then runs the test and keeps its output in
 # bench/results/rolling-upgrade-DATE.txt.
@@ -26,6 +26,8 @@ export DROVE_OLD_BIN
 echo "==> building this build's tests"
 cargo build --release --locked -p drove
 out="bench/results/rolling-upgrade-$(date -u +%Y-%m-%d).txt"
+# A second run on the same day keeps the first one's result.
+[ -e "$out" ] && out="bench/results/rolling-upgrade-$(date -u +%Y-%m-%d-%H%M).txt"
 mkdir -p bench/results
 {
     echo "# scripts/rolling-upgrade.sh $commit   ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores)"
