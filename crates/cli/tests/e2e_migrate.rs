@@ -6,6 +6,7 @@
 //! record must be on the disk afterwards, and node 0 must refuse writes once the lock
 //! has moved.
 mod common;
+use common::guest_loop::*;
 use common::vm::{Start, Vm, VmKit};
 use common::*;
 use serde_json::json;
@@ -13,114 +14,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// 512-byte sectors of the VDI the guest writes: the counter in sector
-/// `COUNTER_SECTOR`, record `n` (from 1) in sector `LOG_BASE + n`.
-const COUNTER_SECTOR: usize = 0;
-const LOG_BASE: usize = 8;
 /// Loop iterations to see on each side of the migration before moving on.
 const TICKS_PER_SIDE: u64 = 10;
-const BOOT: Duration = Duration::from_secs(120);
-/// What a console must never show: the guest's own error marker, and the kernel's
-/// report of a failed disk request (in case a failure escaped the loop's checks).
-const ERRORS: [&str; 2] = ["DROVE-ERROR", "I/O error"];
-
-/// The guest's loop (busybox sh). Each iteration checks that the counter on the disk
-/// is the last one written (a write lost across the switch shows here), appends
-/// record n, writes counter n, reads both back and prints `DROVE-TICK n`. Any failure
-/// prints `DROVE-ERROR ...` and the loop goes on. A line typed on the console ends
-/// the loop; then every record is read back again.
-///
-/// No O_DIRECT: busybox dd silently retries without it when the kernel refuses its
-/// unaligned buffer (EINVAL), and the write would then fail only later, in writeback.
-/// Instead a write is fsynced (its error is dd's exit status) and `fresh` drops the
-/// guest's cached copy of the disk (BLKFLSBUF) before reads, so they go to drove.
-fn guest_script() -> String {
-    format!(
-        r#"CTR={COUNTER_SECTOR}; BASE={LOG_BASE}
-put() {{ printf '%s\n' "$2" | dd of=/dev/vda bs=512 seek=$1 count=1 conv=sync,notrunc,fsync 2>/dev/null; }}
-fresh() {{ blockdev --flushbufs /dev/vda || echo "DROVE-ERROR flushbufs"; }}
-get() {{ dd if=/dev/vda bs=512 skip=$1 count=1 2>/dev/null | tr -d '\000'; }}
-check() {{ [ "$(get $1)" = "$2" ]; }}
-(read line < /dev/ttyS0; : > /tmp/stop) &
-last=0
-put $CTR "DROVE-CTR 0" || echo "DROVE-ERROR write counter 0"
-while [ ! -e /tmp/stop ]; do
-  fresh
-  check $CTR "DROVE-CTR $last" || echo "DROVE-ERROR counter on disk is '$(get $CTR)', expected $last"
-  n=$((last+1))
-  put $((BASE+n)) "DROVE-REC $n" || echo "DROVE-ERROR write record $n"
-  put $CTR "DROVE-CTR $n" || echo "DROVE-ERROR write counter $n"
-  fresh
-  check $((BASE+n)) "DROVE-REC $n" || echo "DROVE-ERROR verify record $n"
-  check $CTR "DROVE-CTR $n" || echo "DROVE-ERROR verify counter $n"
-  last=$n
-  echo "DROVE-TICK $n"
-done
-fresh; bad=0; i=1
-while [ $i -le $last ]; do
-  check $((BASE+i)) "DROVE-REC $i" || {{ echo "DROVE-ERROR final record $i"; bad=$((bad+1)); }}
-  i=$((i+1))
-done
-if [ $bad -eq 0 ]; then echo "DROVE-FINAL OK $last"; else echo "DROVE-FINAL FAIL $bad of $last"; fi"#
-    )
-}
-
-/// The counters of the complete `DROVE-TICK n` lines of a console log.
-fn ticks(console: &str) -> Vec<u64> {
-    // The number's digits only: the serial line's echo of `stop` typed at the end
-    // can land right after them ("DROVE-TICK 33stop", seen in CI).
-    console
-        .lines()
-        .filter_map(|l| l.strip_prefix("DROVE-TICK "))
-        .filter_map(|n| {
-            let digits = n.len() - n.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-            n[..digits].parse().ok()
-        })
-        .collect()
-}
-
-fn last_tick(vm: &Vm) -> u64 {
-    ticks(&vm.console()).last().copied().unwrap_or(0)
-}
-
-/// Wait until `vm` printed tick `n` or later; fail early on an error marker.
-fn wait_for_tick(vm: &Vm, n: u64, what: &str) {
-    wait_until(BOOT, what, || {
-        let console = vm.console();
-        assert_no_errors(what, &console);
-        ticks(&console).last().is_some_and(|&t| t >= n)
-    });
-}
-
-fn assert_no_errors(what: &str, console: &str) {
-    for marker in ERRORS {
-        assert!(!console.contains(marker), "{what}: {marker}:\n{console}");
-    }
-}
 
 /// The first `sectors` sectors of the VDI, read from the host through `uri`.
 fn read_disk(uri: &str, dir: &Path, sectors: usize) -> Vec<u8> {
     read_image(uri, dir, sectors * 512)
-}
-
-/// The text of a sector as the guest wrote it (a line padded with zeros).
-fn sector_text(disk: &[u8], sector: usize) -> String {
-    let s = &disk[sector * 512..(sector + 1) * 512];
-    String::from_utf8_lossy(s)
-        .trim_end_matches('\0')
-        .to_string()
-}
-
-/// Every record 1..=last and the counter `last` are on the disk as written.
-fn assert_records(disk: &[u8], last: u64) {
-    assert_eq!(
-        sector_text(disk, COUNTER_SECTOR),
-        format!("DROVE-CTR {last}\n")
-    );
-    for n in 1..=last {
-        let got = sector_text(disk, LOG_BASE + n as usize);
-        assert_eq!(got, format!("DROVE-REC {n}\n"), "record {n} of {last}");
-    }
 }
 
 /// The old gateway (node `old`, where the paused source is still attached) must
@@ -152,8 +51,8 @@ fn assert_old_gateway_refuses_writes(
 /// The console checks: no errors on either side, ticks on both sides, the counter
 /// continues across the switch, and the guest's final verify passed.
 fn assert_consoles(source: &str, destination: &str) -> u64 {
-    assert_no_errors("source", source);
-    assert_no_errors("destination", destination);
+    assert_console_clean("source", source, "");
+    assert_console_clean("destination", destination, "");
     let (src, dst) = (ticks(source), ticks(destination));
     assert!(src.len() as u64 >= TICKS_PER_SIDE, "source:\n{source}");
     assert!(
@@ -258,7 +157,7 @@ fn migrate_while_writing(
         tmp.path(),
         LOG_BASE + last as usize + 1,
     );
-    assert_records(&disk, last);
+    verify_records(&disk, last);
     eprintln!(
         "migrated in {migration:?} after tick {paused_at}; {last} records verified through node {}",
         c.nodes[reader].id

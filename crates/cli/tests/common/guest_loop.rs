@@ -63,7 +63,10 @@ pub fn documented_disk(socket: &str, vdi: &str) -> Vec<String> {
 /// reads both back and prints `DROVE-TICK n`; a failure prints `DROVE-ERROR ...` and
 /// the loop goes on. A line typed on the console ends it; then every record is read
 /// back again. Writes are fsynced (an error is dd's exit status) and `fresh` drops
-/// the guest's cached copy of the disk before reads, so every step reaches drove.
+/// the guest's cached copy of the disk (BLKFLSBUF) before reads, so every step
+/// reaches drove. No O_DIRECT: busybox dd silently retries without it when the
+/// kernel refuses its unaligned buffer (EINVAL), and the write would then fail only
+/// later, in writeback.
 pub fn guest_script() -> String {
     format!(
         r#"CTR={COUNTER_SECTOR}; BASE={LOG_BASE}
@@ -113,12 +116,16 @@ pub fn last_tick(vm: &Vm) -> u64 {
 }
 
 pub fn assert_no_errors(what: &str, vm: &Vm) {
-    let console = vm.console();
+    assert_console_clean(what, &vm.console(), &vm.qemu_errors());
+}
+
+/// [`assert_no_errors`] on a console's text (`qemu`: what QEMU printed, for the
+/// message).
+pub fn assert_console_clean(what: &str, console: &str, qemu: &str) {
     for marker in ERRORS {
         assert!(
             !console.contains(marker),
-            "{what}: the guest saw `{marker}`:\n{console}\nQEMU:\n{}",
-            vm.qemu_errors()
+            "{what}: the guest saw `{marker}`:\n{console}\nQEMU:\n{qemu}"
         );
     }
 }
