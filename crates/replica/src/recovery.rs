@@ -1091,6 +1091,16 @@ impl Repair for Recoverer {
         if view.absence_unsure(self.me, oid) {
             return false;
         }
+        // A host that lost power since its last clean epoch may have lost a copy
+        // it had not flushed (one recovery wrote, or one created by a write not
+        // yet flushed): until it is clean again its "nothing here" says nothing,
+        // and the object is recovered first. Vouched for, a copy placed here by
+        // recovery, lost unflushed in a whole-site power loss, read as zeros, and
+        // its holders' durable copies were then given up (`drove sim faults
+        // --seed 263 --time 20s --meta raft`).
+        if self.local.catchup().lost_unflushed() {
+            return false;
+        }
         self.note_absent(epoch, oid);
         true
     }
