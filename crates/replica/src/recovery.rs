@@ -1023,11 +1023,7 @@ impl Recoverer {
                         && !d.corrupt
                         && (mine.corrupt || d.crc == mine.crc || d.version > mine.version)
                 });
-            // The new holders' copies were written without fsync (recovery's
-            // copies are made durable when their node is clean, at its own pace):
-            // this copy may be the only durable one until they are. A power loss
-            // of the holders after the delete would lose the object.
-            if confirmed && self.flush_on(&placed, oid, view.map.epoch).await {
+            if confirmed {
                 let cu = self.local.catchup();
                 let _held = cu.copy_lock(oid).await;
                 blocking(self.local.store(), move |s| s.delete(oid)).await?;
@@ -1041,25 +1037,6 @@ impl Recoverer {
 }
 
 impl Recoverer {
-    /// Ask each of `nodes` to fsync its copy of `oid`; whether every one did.
-    async fn flush_on(&self, nodes: &[NodeId], oid: ObjectId, epoch: Epoch) -> bool {
-        let asks = nodes.iter().map(|&n| async move {
-            let req = PeerReq::Flush {
-                oids: vec![oid],
-                epoch,
-            };
-            match self.short_call(n, req).await {
-                Ok((PeerResp::Ok, _)) => true,
-                Ok(_) => false,
-                Err(e) => {
-                    tracing::debug!(me = %self.me, %oid, node = %n, "no flush: {e}");
-                    false
-                }
-            }
-        });
-        join_all(asks).await.into_iter().all(|ok| ok)
-    }
-
     fn note_absent(&self, epoch: Epoch, oid: ObjectId) {
         let mut a = self.absent.lock();
         if a.0 != epoch {
