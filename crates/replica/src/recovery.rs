@@ -944,7 +944,14 @@ impl Recoverer {
         }
         let cu = self.local.catchup();
         let _held = cu.copy_lock(oid).await;
-        // A bulk pass (`limited`) flushes once at its end; a single repair now.
+        // Flushed before the copy counts as current, in a bulk pass too: other
+        // nodes take its version as a promise of every write up to it. Flushed
+        // only at the end of the pass (the disk writing it back meanwhile), a copy
+        // torn by a power loss kept its version without its blocks and was chosen
+        // as the source over the copies that had the writes (`drove sim faults
+        // --seed 263 --time 20s --meta raft`: nodes 7 and 8, recovered without a
+        // flush before the whole site lost power, replaced node 1's copy, and
+        // writes acknowledged durable were gone).
         let written = blocking(self.local.store(), move |s| {
             let n = if present {
                 s.replace(oid, &data, version)?
@@ -954,13 +961,7 @@ impl Recoverer {
                 s.delete(oid)?;
                 0
             };
-            if limited {
-                // Flushed with the others at the end of the pass; meanwhile the disk
-                // writes it back (that flush alone took a third of a pass).
-                s.start_writeback(oid)?;
-            } else {
-                s.flush(&[oid])?;
-            }
+            s.flush(&[oid])?;
             Ok(n)
         })
         .await?;
@@ -1071,10 +1072,8 @@ impl Repair for Recoverer {
         // A host that lost power since its last clean epoch may have lost a copy
         // it had not flushed (one recovery wrote, or one created by a write not
         // yet flushed): until it is clean again its "nothing here" says nothing,
-        // and the object is recovered first. Vouched for, a copy placed here by
-        // recovery, lost unflushed in a whole-site power loss, read as zeros, and
-        // its holders' durable copies were then given up (`drove sim faults
-        // --seed 263 --time 20s --meta raft`).
+        // and the object is recovered first (a read of it here would otherwise
+        // answer zeros for writes another copy has).
         if self.local.catchup().lost_unflushed() {
             return false;
         }
