@@ -17,11 +17,6 @@ use std::time::{Duration, Instant};
 /// Loop iterations to see on each side of the migration before moving on.
 const TICKS_PER_SIDE: u64 = 10;
 
-/// The first `sectors` sectors of the VDI, read from the host through `uri`.
-fn read_disk(uri: &str, dir: &Path, sectors: usize) -> Vec<u8> {
-    read_image(uri, dir, sectors * 512)
-}
-
 /// The old gateway (node `old`, where the paused source is still attached) must
 /// refuse a write into record 1 after the handover, and the record must stay as it
 /// was (read through node `reader`).
@@ -44,7 +39,7 @@ fn assert_old_gateway_refuses_writes(
         t.contains("Operation not permitted"),
         "a write through the old gateway must fail with EPERM: {t}"
     );
-    let disk = read_disk(&c.nodes[reader].uri(vdi), dir, LOG_BASE + 2);
+    let disk = read_image(&c.nodes[reader].uri(vdi), dir, disk_len(1));
     assert_eq!(sector_text(&disk, LOG_BASE + 1), "DROVE-REC 1\n");
 }
 
@@ -152,11 +147,7 @@ fn migrate_while_writing(
     stop_guest(&mut destination);
 
     let last = assert_consoles(&source.console(), &destination.console());
-    let disk = read_disk(
-        &c.nodes[reader].uri("mig"),
-        tmp.path(),
-        LOG_BASE + last as usize + 1,
-    );
+    let disk = read_image(&c.nodes[reader].uri("mig"), tmp.path(), disk_len(last));
     verify_records(&disk, last);
     eprintln!(
         "migrated in {migration:?} after tick {paused_at}; {last} records verified through node {}",
