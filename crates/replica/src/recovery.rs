@@ -1066,15 +1066,13 @@ impl Repair for Recoverer {
                 return true;
             }
         }
-        if view.absence_unsure(self.me, oid) {
-            return false;
-        }
         // A host that lost power since its last clean epoch may have lost a copy
         // it had not flushed (one recovery wrote, or one created by a write not
         // yet flushed): until it is clean again its "nothing here" says nothing,
         // and the object is recovered first (a read of it here would otherwise
-        // answer zeros for writes another copy has).
-        if self.local.catchup().lost_unflushed() {
+        // answer zeros for writes another copy has). Asked before the walk over
+        // the epoch history below, which it makes moot.
+        if self.local.catchup().lost_unflushed() || view.absence_unsure(self.me, oid) {
             return false;
         }
         self.note_absent(epoch, oid);
