@@ -48,7 +48,7 @@ drove_load_conf() {
     : "${DROVE_NBD_RECONNECT_DELAY:=30}"
     # Checked before any script acts: it ends up in libvirt XML on the hypervisor.
     case $DROVE_NBD_RECONNECT_DELAY in
-    '' | *[!0-9]*) drove_die "DROVE_NBD_RECONNECT_DELAY must be a whole number of seconds, not '$DROVE_NBD_RECONNECT_DELAY'" ;;
+    '' | *[!0-9]* | ??????????*) drove_die "DROVE_NBD_RECONNECT_DELAY must be a whole number of seconds (at most 9 digits, as the deploy filter takes), not '$DROVE_NBD_RECONNECT_DELAY'" ;;
     esac
     : "${DROVE_EPHEMERAL_CLONES:=no}"
     : "${DROVE_COPIES:=}"
