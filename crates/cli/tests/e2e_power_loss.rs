@@ -13,7 +13,10 @@
 //! One cut is one run. `make test` runs 4; more, to measure (docs/self-healing.md):
 //! `POWER_LOSS_CUTS=20 cargo test --release -p drove --test e2e_power_loss -- --nocapture`
 //! (`POWER_LOSS_SEED=N` replays the cuts of a seed printed by an earlier run; the
-//! recording itself differs from run to run).
+//! recording itself differs from run to run). A failed run keeps its recording:
+//! `POWER_LOSS_REPLAY=<kept dir> POWER_LOSS_WRITES=<writes=N> POWER_LOSS_FILTER=<filter>`
+//! replays that recording's failed cut, in the kept directory (the nodes'
+//! configuration names it).
 //!
 //! Some cuts leave blocks whose every copy holds an unflushed write's data under the
 //! previous checksum; before recovery sealed such blocks (docs/self-healing.md,
@@ -614,35 +617,52 @@ fn test_power_loss_of_the_whole_site_keeps_every_durable_write() {
             % 1_000_000
     });
     let work = tempfile::tempdir().unwrap();
-    let dir = work.path();
+    // A kept recording replayed where it was made (its nodes' configuration names
+    // that directory), or a new one.
+    let replay = std::env::var_os("POWER_LOSS_REPLAY").map(PathBuf::from);
+    let dir = replay.clone().unwrap_or_else(|| work.path().to_path_buf());
     let mnt = dir.join("mnt");
-    outage::make_image(&dir.join("base"), IMAGE_MIB);
-    // The base image: a stopped cluster with one VDI of 3 copies.
-    let held = Held::plain(&dir.join("base"), &mnt, &dir.join("prepare.log"));
-    let site = Site::create(&mnt.join("c"), &dir.join("prepare-logs"));
-    let o = site.drove(0, &["vdi", "create", VDI, "32M", "--copies", "3"]);
-    assert!(o.status.success(), "vdi create: {}", text(&o));
-    site.down();
-    drop(site);
-    held.release();
-    let summary = record(dir, &mnt, seed);
+    let summary = if let Some(kept) = &replay {
+        let writes = env_u64("POWER_LOSS_WRITES").expect(
+            "POWER_LOSS_REPLAY needs POWER_LOSS_WRITES (writes=N in the kept run's output)",
+        );
+        format!("writes={writes} (replayed from {})", kept.display())
+    } else {
+        outage::make_image(&dir.join("base"), IMAGE_MIB);
+        // The base image: a stopped cluster with one VDI of 3 copies.
+        let held = Held::plain(&dir.join("base"), &mnt, &dir.join("prepare.log"));
+        let site = Site::create(&mnt.join("c"), &dir.join("prepare-logs"));
+        let o = site.drove(0, &["vdi", "create", VDI, "32M", "--copies", "3"]);
+        assert!(o.status.success(), "vdi create: {}", text(&o));
+        site.down();
+        drop(site);
+        held.release();
+        record(&dir, &mnt, seed)
+    };
     // The workload's writes are numbered 1 to N ("writes=N" in its summary).
     let max_seq: u64 = summary
         .split_whitespace()
         .find_map(|w| w.strip_prefix("writes="))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no writes=N in the workload's summary: {summary}"));
-    let changes = outage::changes(dir);
+    let changes = outage::changes(&dir);
     let syncs = changes.iter().filter(|c| **c == Change::Sync).count();
     eprintln!(
         "power loss: seed {seed}; recorded {} writes and {syncs} syncs of the image; workload: {summary}",
         changes.len() - syncs
     );
-    let plan = plan(&changes, cuts, &mut Rng(seed));
+    let mut plan = plan(&changes, cuts, &mut Rng(seed));
+    if let Ok(filter) = std::env::var("POWER_LOSS_FILTER") {
+        // One cut of a failed run, by the filter it printed.
+        plan = vec![Cut {
+            what: format!("the cut of filter {filter}"),
+            filter,
+        }];
+    }
     let mut failed = Vec::new();
     for (k, cut) in plan.iter().enumerate() {
         let res =
-            std::panic::catch_unwind(AssertUnwindSafe(|| run_cut(dir, &mnt, k, cut, max_seq)));
+            std::panic::catch_unwind(AssertUnwindSafe(|| run_cut(&dir, &mnt, k, cut, max_seq)));
         let res = res.unwrap_or_else(|e| {
             Err(e
                 .downcast_ref::<String>()
@@ -661,8 +681,13 @@ fn test_power_loss_of_the_whole_site_keeps_every_durable_write() {
             }
         }
     }
+    let cuts = plan.len();
     if !failed.is_empty() {
-        let kept = work.keep();
+        let kept = if replay.is_some() {
+            dir.clone()
+        } else {
+            work.keep()
+        };
         panic!(
             "{} of {cuts} power-loss runs failed (seed {seed}; image, recording and node logs kept in {}):\n{}",
             failed.len(),

@@ -615,7 +615,17 @@ impl Recoverer {
         // Every answer counts as one (a node that dropped its copy holds no write
         // the others lack); only some are sources.
         let mut digests = self.digests_of(&others, oid, len, view.map.epoch, by).await;
-        let mut mine = self.local.digest(oid, len, by).await?;
+        // A host that lost power since its last clean epoch reads its own copy: a
+        // write the power loss cut may have left a block whose data and checksum
+        // disagree, which the checksums alone do not show. Digested by checksums,
+        // such a copy, the only one of its version, was made current as it stood,
+        // and every read of the block failed (e2e_power_loss, seed 639504).
+        let mine_by = if cu.lost_unflushed() {
+            DigestBy::Reading
+        } else {
+            by
+        };
+        let mut mine = self.local.digest(oid, len, mine_by).await?;
         // A copy in the VDI's home zone when it took its version's writes.
         let near = |n: NodeId, at: Epoch| view.in_home(vdi, n, at);
         if mine.corrupt
@@ -625,11 +635,12 @@ impl Recoverer {
                     len,
                     &mine,
                     &as_sources(&placed, digests.clone()),
+                    self.alone_in_version(&view, oid, &mine, &digests),
                     &near,
                 )
                 .await
         {
-            mine = self.local.digest(oid, len, by).await?;
+            mine = self.local.digest(oid, len, mine_by).await?;
         }
         let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
         if !matches!(source, Some((_, _, false))) {
@@ -746,20 +757,50 @@ impl Recoverer {
         self.copy(oid, len, src, force, limited).await
     }
 
+    /// Whether this node's copy `mine` is the only copy of the latest version
+    /// while its host lost power since its last clean epoch: every node the
+    /// object was placed on since that version's epoch answered (`digests`), with
+    /// an earlier version or none. A block of it failing its checksums is then as
+    /// the power loss left an unflushed write (see [`Recoverer::mend`]): no other
+    /// copy holds that write, and the copies of earlier versions lack it.
+    fn alone_in_version(
+        &self,
+        view: &View,
+        oid: ObjectId,
+        mine: &ObjDigest,
+        digests: &[(NodeId, ObjDigest)],
+    ) -> bool {
+        if !mine.present || !self.local.catchup().lost_unflushed() {
+            return false;
+        }
+        if digests
+            .iter()
+            .any(|(_, d)| d.present && d.version >= mine.version)
+        {
+            return false;
+        }
+        view.placed_since(oid, Epoch(mine.version.epoch))
+            .into_iter()
+            .all(|n| n == self.me || digests.iter().any(|(m, _)| *m == n))
+    }
+
     /// Rewrite the blocks of this node's copy of `oid` that fail their checksums
     /// with the same blocks of other copies of its version (see [`mend_order`]),
     /// keeping its version; whether every rotten block was mended. The caller
     /// holds the object's slot and the copy is pending, so writes to it wait.
+    /// `alone`: the copy is the only one of the latest version on a host that lost
+    /// power ([`Recoverer::alone_in_version`]); every failing block is sealed.
     async fn mend(
         &self,
         oid: ObjectId,
         len: u32,
         mine: &ObjDigest,
         others: &[(NodeId, ObjDigest)],
+        alone: bool,
         near: &(dyn Fn(NodeId, Epoch) -> bool + Sync),
     ) -> bool {
         let order = mend_order(mine, others, near);
-        if order.is_empty() {
+        if order.is_empty() && !alone {
             return false;
         }
         let blocks = u64::from(len) / BLOCK_SIZE;
@@ -824,7 +865,8 @@ impl Recoverer {
                     // (the disk tears an unflushed write there), what a client may
                     // read of a disk after losing an unflushed write. The other copies
                     // then mend from this one, or are replaced by the copy recovery
-                    // picks.
+                    // picks. So too when this copy is `alone` in its version (no
+                    // copy to ask): the copies of earlier versions lack the write.
                     sealed.push(b);
                     continue;
                 }
