@@ -1,10 +1,12 @@
 //! What only the on-disk store does: sparse files, hole punching, checksum
 //! verification against tampered files, durability across a reopen.
+mod common;
+use common::find;
 use drove_objstore::{FileStore, ObjectStore};
 use drove_types::{ErrorKind, ObjVersion, ObjectId, VdiId};
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const OBJ: u64 = 4 << 20;
 
@@ -14,22 +16,6 @@ fn oid(vdi: u32, index: u32) -> ObjectId {
 
 fn open(dir: &Path) -> FileStore {
     FileStore::open(dir, OBJ).unwrap()
-}
-
-/// The one file under `dir` whose name is `name`.
-fn find(dir: &Path, name: &str) -> PathBuf {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().unwrap() == name {
-                return p;
-            }
-        }
-    }
-    panic!("{name} not found under {}", dir.display());
 }
 
 fn flip_byte(path: &Path, at: u64) {

@@ -17,6 +17,8 @@
 //! The files were made by running [`write_golden_files`] in a checkout of 5def163
 //! (this file copied into its crates/objstore/tests/):
 //! `DROVE_GOLDEN_OUT=DIR cargo test --release -p drove-objstore --test golden -- --ignored`.
+mod common;
+use common::{files_under, find};
 use drove_objstore::{FileStore, ObjectStore};
 use drove_types::{ErrorKind, ObjVersion, ObjectId, VdiId};
 use std::collections::BTreeMap;
@@ -90,31 +92,15 @@ fn write_the_store(dir: &Path) {
         .unwrap();
 }
 
-/// The one file under `dir` named `name`.
-fn find(dir: &Path, name: &str) -> PathBuf {
-    files(dir)
-        .into_keys()
-        .map(|rel| dir.join(rel))
-        .find(|p| p.file_name().unwrap() == name)
-        .unwrap_or_else(|| panic!("no file {name} under {}", dir.display()))
-}
-
 /// Every file under `dir`, by path relative to it, with its bytes.
 fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                out.insert(rel, fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            (rel, fs::read(&p).unwrap())
+        })
+        .collect()
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -199,10 +199,21 @@ impl LocalStore {
                 continue;
             }
             drop(guard);
-            match self.repair.get().and_then(Weak::upgrade) {
-                Some(r) => r.repair(oid).await?,
-                None => return Err(Self::not_current(oid)),
-            }
+            self.repair_now(oid).await?;
+        }
+    }
+
+    /// The recovery engine, once set and while it lives.
+    fn repairer(&self) -> Option<Arc<dyn Repair>> {
+        self.repair.get().and_then(Weak::upgrade)
+    }
+
+    /// Recover this node's pending copy of `oid` now, before a request that
+    /// needs it current; without a recovery engine the copy stays not current.
+    async fn repair_now(&self, oid: ObjectId) -> Result<()> {
+        match self.repairer() {
+            Some(r) => r.repair(oid).await,
+            None => Err(Self::not_current(oid)),
         }
     }
 
@@ -217,10 +228,7 @@ impl LocalStore {
         if self.catchup.is_current(oid) {
             return Ok(());
         }
-        match self.repair.get().and_then(Weak::upgrade) {
-            Some(r) => r.repair(oid).await,
-            None => Err(Self::not_current(oid)),
-        }
+        self.repair_now(oid).await
     }
 
     /// Whether this node's copy of `oid` is current as far as it knows: not pending
@@ -230,16 +238,14 @@ impl LocalStore {
         self.catchup.is_current(oid)
             && (present
                 || self
-                    .repair
-                    .get()
-                    .and_then(Weak::upgrade)
+                    .repairer()
                     .is_none_or(|r| r.absence_known(oid, self.catchup.epoch())))
     }
 
     /// Make sure of the absence of `oid`, of which this node has no copy
     /// ([`Repair::confirm_absent`]).
     async fn confirm_absent(&self, oid: ObjectId, epoch: Epoch) -> Result<()> {
-        match self.repair.get().and_then(Weak::upgrade) {
+        match self.repairer() {
             Some(r) => r.confirm_absent(oid, epoch).await,
             None => Ok(()),
         }
@@ -466,7 +472,7 @@ impl LocalStore {
                     )));
                 }
                 self.catchup.admit_epoch(epoch, false).await?;
-                match self.repair.get().and_then(Weak::upgrade) {
+                match self.repairer() {
                     Some(r) => r.repair_from(oid, len, from).await?,
                     None => return Err(Error::invalid("This node does not repair objects")),
                 }
