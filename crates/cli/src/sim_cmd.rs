@@ -108,8 +108,10 @@ pub struct FaultArgs {
     )]
     faults: String,
     /// The metadata: `model` (one state machine for the cluster, applied after a
-    /// modelled commit time) or `raft` (a real metadata service, openraft
-    /// included, on every node, over the simulated network).
+    /// modelled commit time; the seeds named in the docs and tests replay in it)
+    /// or `raft` (a real metadata service, openraft included, on every node, over
+    /// the simulated network, its log and vote on the node's simulated disk, which
+    /// a power loss hits too).
     #[arg(long, default_value = "model")]
     meta: String,
 }

@@ -527,13 +527,18 @@ impl SimCluster {
         }
     }
 
-    /// Node `id`'s host loses power (its process crashes if it runs): its disk
-    /// keeps only what was flushed, but for what the kernel wrote back on its own,
-    /// torn at block granularity (`chance` draws which). It stays off until
+    /// Node `id`'s host loses power (its process crashes if it runs): its disks
+    /// (objects, and metadata when it runs openraft) keep only what was flushed,
+    /// but for what the kernel wrote back on its own, torn at block granularity
+    /// (`chance` draws which). It stays off until
     /// [`SimCluster::restart`]. The objects that had unflushed changes.
     pub fn power_off(&self, id: NodeId, chance: &mut dyn FnMut(f64) -> bool) -> usize {
         if self.net.is_up(id) {
             self.crash(id);
+        }
+        if let Some(metas) = &self.raft {
+            let lost = metas.power_lost(id, chance);
+            tracing::debug!(node = %id, lost, "metadata disk sectors lost to the power loss");
         }
         match self.crashed.lock().get_mut(&id) {
             Some(Disk::Memory(d)) => d.power_loss(chance),

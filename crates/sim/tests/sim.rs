@@ -22,7 +22,21 @@ fn small() -> FaultOpts {
 
 #[test]
 fn test_a_few_hundred_seeded_fault_runs_keep_every_invariant() {
-    let reports = run_seeds(1, SEEDS, &small(), 2, &|_| {}).unwrap();
+    seeded_runs_keep_every_invariant(&small());
+}
+
+/// The same seeds on the real metadata: openraft on every node, its log and vote
+/// on the simulated disk (a power loss hits it too), over the simulated network.
+#[test]
+fn test_a_few_hundred_seeded_fault_runs_on_openraft_keep_every_invariant() {
+    seeded_runs_keep_every_invariant(&FaultOpts {
+        meta: drove_sim::cluster::MetaMode::Raft,
+        ..small()
+    });
+}
+
+fn seeded_runs_keep_every_invariant(opts: &FaultOpts) {
+    let reports = run_seeds(1, SEEDS, opts, 2, &|_| {}).unwrap();
     assert_eq!(reports.len() as u64, SEEDS);
     let failed: Vec<_> = reports.iter().filter(|r| !r.passed()).collect();
     for r in &failed {

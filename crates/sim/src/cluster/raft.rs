@@ -14,10 +14,12 @@
 //!
 //! A crash keeps the metadata disk as it was ([`MemDisk::copy`]: redb commits
 //! durably before openraft goes on, so what was committed is there) and shuts the
-//! dead run's [`Meta`] down; a restart opens a new [`Meta`] on that copy. A disk
-//! replaced, a power loss or a failing store hit the object store only: the
-//! metadata's disk is another device here (a replaced one would make the node a
-//! new node, with a new id, which the fault runs do not model).
+//! dead run's [`Meta`] down; a restart opens a new [`Meta`] on that copy. A power
+//! loss hits the metadata disk too ([`RaftMetas::power_lost`]): it keeps what redb
+//! synced and a torn part of the rest. A disk replaced or a failing store hit the
+//! object store only: the metadata's disk is another device here (a replaced one
+//! would make the node a new node, with a new id, which the fault runs do not
+//! model).
 use drove_meta::{MemDisk, Meta, MetaConfig};
 use drove_objstore::GuardedStore;
 use drove_replica::{LocalStore, MapCell, Recoverer};
@@ -127,6 +129,12 @@ impl RaftMetas {
         }
         let dead = meta.clone();
         tokio::spawn(async move { dead.shutdown().await });
+    }
+
+    /// Node `id`, off, lost power: its metadata disk keeps what was synced and,
+    /// with the chances `chance` draws, sectors written since. The sectors lost.
+    pub(crate) fn power_lost(&self, id: NodeId, chance: &mut dyn FnMut(f64) -> bool) -> usize {
+        self.off.lock().get(&id).map_or(0, |d| d.power_loss(chance))
     }
 }
 
