@@ -2,7 +2,9 @@
 //! `top`. Every node counts the requests of the VDIs attached through it; this asks
 //! them all (through any node, `GET /api/iostat`) once per interval and shows what
 //! happened in between: requests and bytes per second, and latency quantiles (the
-//! upper bound of a doubling bucket, so at most twice the true value).
+//! upper bound of a doubling bucket, so at most twice the true value), and the
+//! time requests waited for the VDI's QoS limits (`QOS-MS/S`: milliseconds of
+//! waiting per second, summed over the requests).
 use anyhow::Result;
 use clap::Args;
 use drove_daemon::api::ClusterIostat;
@@ -48,6 +50,9 @@ struct Row {
     write_p50_ms: Option<f64>,
     write_p99_ms: Option<f64>,
     flushes_per_s: f64,
+    /// Milliseconds requests waited for the VDI's QoS limits, per second of the
+    /// interval, summed over the requests (1000: one request waiting all along).
+    throttled_ms_per_s: f64,
     errors: u64,
 }
 
@@ -77,6 +82,7 @@ fn row(d: &VdiIoSample, secs: f64) -> Row {
         write_p50_ms: ms(d.write.quantile(0.5)),
         write_p99_ms: ms(d.write.quantile(0.99)),
         flushes_per_s: d.flushes as f64 / secs,
+        throttled_ms_per_s: d.throttled_us as f64 / 1e3 / secs,
         errors: d.read.errors + d.write.errors,
     }
 }
@@ -195,6 +201,7 @@ fn print_table(i: &Interval, clear: bool) {
                 latency(r.write_p50_ms),
                 latency(r.write_p99_ms),
                 format!("{:.0}", r.flushes_per_s),
+                format!("{:.0}", r.throttled_ms_per_s),
                 r.errors.to_string(),
             ]
         })
@@ -202,7 +209,7 @@ fn print_table(i: &Interval, clear: bool) {
     table::print(
         &[
             "VDI", "READ/S", "WRITE/S", "READ", "WRITE", "R-P50", "R-P99", "W-P50", "W-P99",
-            "FLUSH/S", "ERRORS",
+            "FLUSH/S", "QOS-MS/S", "ERRORS",
         ],
         &rows,
     );

@@ -75,8 +75,34 @@ fn test_a_write_iops_limit_holds_fio_and_a_live_change_takes_effect_at_once() {
         .spawn()
         .expect("fio");
     let started = Instant::now();
+    // `vdi iostat` shows the time fio's requests wait for the limit.
+    std::thread::sleep(Duration::from_secs(1));
+    let o = c.drove(
+        2,
+        &[
+            "vdi",
+            "iostat",
+            "capped",
+            "--json",
+            "--count",
+            "1",
+            "--interval",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &j["vdis"][0];
+    let waited = row["throttled_ms_per_s"].as_f64().unwrap();
+    let iops = row["write_iops"].as_f64().unwrap();
+    eprintln!("iostat: {iops:.0} writes/s, {waited:.0} ms/s waited for the limit");
+    // Eight requests in flight at 100 IOPS: each waits about 70 ms.
+    assert!(
+        (80.0..=120.0).contains(&iops) && waited > 2000.0,
+        "fio at QD8 under 100 IOPS: {row}"
+    );
     // Change the limit while fio writes, on the connection it has open.
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(started.elapsed()));
     let set_at = started.elapsed().as_secs_f64();
     let o = c.drove(1, &["vdi", "set", "capped", "--write-iops-limit", "300"]);
     assert!(o.status.success(), "{}", text(&o));

@@ -378,8 +378,9 @@ impl VolumeExport {
     }
 
     /// Wait until a request of `bytes` bytes going `dir` is within the VDI's I/O
-    /// limits, counting the wait. The VDI's latency figures (`vdi iostat`) start
-    /// after it: they are the storage's.
+    /// limits, counting the wait (the node's metric, and the VDI's throttled time
+    /// in `vdi iostat`). The VDI's latency figures start after it: they are the
+    /// storage's.
     async fn admit(&self, dir: Direction, bytes: u64) {
         let waited = self.vol.admit(dir, bytes).await;
         if !waited.is_zero() {
@@ -388,6 +389,7 @@ impl VolumeExport {
                 Direction::Write => "write",
             };
             self.metrics.qos_throttled(op, waited.as_secs_f64());
+            self.io.throttled(waited);
         }
     }
 

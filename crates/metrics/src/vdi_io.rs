@@ -83,6 +83,8 @@ pub struct VdiIo {
     read: Counters,
     write: Counters,
     flushes: AtomicU64,
+    /// Microseconds requests waited for the VDI's I/O limits (QoS), summed.
+    throttled_us: AtomicU64,
     /// Seconds since the table was made, at the last request (for pruning).
     last_use: AtomicU64,
 }
@@ -103,12 +105,19 @@ impl VdiIo {
         self.flushes.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A request waited `waited` for the VDI's I/O limits before it ran.
+    pub fn throttled(&self, waited: Duration) {
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.throttled_us.fetch_add(us, Ordering::Relaxed);
+    }
+
     fn sample(&self, vdi: &str) -> VdiIoSample {
         VdiIoSample {
             vdi: vdi.to_string(),
             read: self.read.sample(),
             write: self.write.sample(),
             flushes: self.flushes.load(Ordering::Relaxed),
+            throttled_us: self.throttled_us.load(Ordering::Relaxed),
         }
     }
 }
@@ -203,23 +212,27 @@ pub struct VdiIoSample {
     pub write: OpSample,
     /// Flushes.
     pub flushes: u64,
+    /// Microseconds requests waited for the VDI's I/O limits, summed over the
+    /// requests (two waiting at once count twice). Absent from a node before
+    /// 2026-11-29: 0.
+    #[serde(default)]
+    pub throttled_us: u64,
 }
 
 impl VdiIoSample {
     /// What happened between `earlier` (the same VDI's sample) and this one.
     pub fn since(&self, earlier: &VdiIoSample) -> VdiIoSample {
+        let reset = self.read.went_back(&earlier.read)
+            || self.write.went_back(&earlier.write)
+            || self.flushes < earlier.flushes
+            || self.throttled_us < earlier.throttled_us;
+        let d = |now: u64, then: u64| if reset { now } else { now.saturating_sub(then) };
         VdiIoSample {
             vdi: self.vdi.clone(),
             read: self.read.since(&earlier.read),
             write: self.write.since(&earlier.write),
-            flushes: if self.read.went_back(&earlier.read)
-                || self.write.went_back(&earlier.write)
-                || self.flushes < earlier.flushes
-            {
-                self.flushes
-            } else {
-                self.flushes.saturating_sub(earlier.flushes)
-            },
+            flushes: d(self.flushes, earlier.flushes),
+            throttled_us: d(self.throttled_us, earlier.throttled_us),
         }
     }
 
@@ -228,6 +241,7 @@ impl VdiIoSample {
         self.read.add(&other.read);
         self.write.add(&other.write);
         self.flushes += other.flushes;
+        self.throttled_us += other.throttled_us;
     }
 
     /// Requests of both kinds.
