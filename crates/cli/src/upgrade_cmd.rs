@@ -17,7 +17,8 @@ pub enum UpgradeCmd {
     /// Raise the cluster's feature level to this build's, once every node runs a
     /// build that knows it (refused, naming the nodes left, before that). From then
     /// on nodes of older builds can no longer join, and what the new level brought
-    /// (level 2: per-VDI I/O limits) may be used. Nothing to do when already there.
+    /// (level 2: per-VDI I/O limits; level 3: gateways' verdicts checked against
+    /// their judge's view) may be used. Nothing to do when already there.
     Finish,
 }
 

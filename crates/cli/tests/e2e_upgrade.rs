@@ -169,6 +169,9 @@ fn test_nodes_that_share_no_wire_version_refuse_each_other_naming_both_ranges() 
 
 const LEVEL_ENV: &str = "DROVE_TEST_FEATURE_LEVEL";
 
+/// This build's feature level, which `upgrade finish` raises the cluster to.
+const LEVEL: u32 = drove_types::FEATURE_LEVEL;
+
 /// The `upgrade` check of `cluster health --json` asked of node `i`, if any.
 fn upgrade_check(c: &Cluster, i: usize) -> Option<String> {
     let o = c.drove(i, &["cluster", "health", "--json"]);
@@ -234,7 +237,9 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
     let o = c.drove(0, &["cluster", "upgrade", "finish"]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("Cannot raise the cluster to feature level 2") && text(&o).contains("3"),
+        text(&o).contains(&format!(
+            "Cannot raise the cluster to feature level {LEVEL}"
+        )) && text(&o).contains("3"),
         "{}",
         text(&o)
     );
@@ -250,7 +255,7 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
             .iter()
             .map(|n| n["features"].as_u64().unwrap())
             .collect();
-        match knows == [2, 2, 1] {
+        match knows == [u64::from(LEVEL), u64::from(LEVEL), 1] {
             true => Ok(()),
             false => Err(u.to_string()),
         }
@@ -261,7 +266,8 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
     wait_until(Duration::from_secs(60), "every node up", || all_up(&c));
     wait_for(Duration::from_secs(30), "health to say finish", || {
         let m = upgrade_check(&c, 2).unwrap_or_default();
-        match m.contains("every node knows feature level 2, the cluster is at level 1") {
+        let says = format!("every node knows feature level {LEVEL}, the cluster is at level 1");
+        match m.contains(&says) {
             true => Ok(()),
             false => Err(m),
         }
@@ -269,14 +275,14 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
     let o = c.drove(2, &["cluster", "upgrade", "finish"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("Cluster feature level raised from 1 to 2"),
+        text(&o).contains(&format!("Cluster feature level raised from 1 to {LEVEL}")),
         "{}",
         text(&o)
     );
     let o = c.drove(0, &["cluster", "upgrade", "finish"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("already at feature level 2"),
+        text(&o).contains(&format!("already at feature level {LEVEL}")),
         "{}",
         text(&o)
     );
@@ -295,6 +301,8 @@ fn test_the_feature_level_rises_only_once_every_node_knows_it() {
     wait_for_log(
         &c,
         2,
-        "Node 3 runs a build of cluster feature level 1, and the cluster is at level 2",
+        &format!(
+            "Node 3 runs a build of cluster feature level 1, and the cluster is at level {LEVEL}"
+        ),
     );
 }

@@ -84,6 +84,7 @@ pub async fn mark_down_when_failed(meta: Arc<Meta>, store: Arc<GuardedStore>) {
             state: NodeState::Down,
             reason: reason(&message),
             hold_ms: 0,
+            judged: None,
         };
         if let Err(e) = meta.execute(cmd).await {
             tracing::warn!(node = %me, "cannot mark this node down for its failed disk: {e}");

@@ -14,6 +14,7 @@ impl drove_replica::Membership for MetaMembership {
         nodes: Vec<drove_types::NodeId>,
         why: String,
         silent: bool,
+        seen: drove_types::Epoch,
     ) -> futures::future::BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let hold_ms = if silent {
@@ -23,6 +24,10 @@ impl drove_replica::Membership for MetaMembership {
             };
             // The reason goes into the epoch history, bounded.
             let reason: String = why.chars().take(512).collect();
+            let judged = Some(drove_meta::Judged {
+                by: self.0.node_id(),
+                seen,
+            });
             for id in nodes {
                 tracing::warn!(node = %id, hold_ms, "marking node down {why}");
                 self.0
@@ -31,6 +36,7 @@ impl drove_replica::Membership for MetaMembership {
                         state: drove_types::NodeState::Down,
                         reason: reason.clone(),
                         hold_ms,
+                        judged,
                     })
                     .await?;
             }

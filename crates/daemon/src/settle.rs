@@ -131,6 +131,9 @@ impl Settler {
     }
 
     async fn check_and_repair(&self, r: &Recoverer, info: &VdiInfo) -> Result<()> {
+        // The map the check is judged on: a verdict made on it is refused if this
+        // node was marked down since (see `MetaMembership`).
+        let seen = self.meta.state().map.epoch;
         let report = r.check(info, true).await?;
         // Replicas that did not answer were not repaired: mark them down, so they
         // recover every copy before serving again.
@@ -147,7 +150,7 @@ impl Settler {
         if !silent.is_empty() {
             let why = format!("did not answer the post-crash check of VDI '{}'", info.name);
             MetaMembership(self.meta.clone())
-                .mark_down(silent.into_iter().collect(), why, false)
+                .mark_down(silent.into_iter().collect(), why, false, seen)
                 .await?;
         }
         let fixed = report.mismatched.iter().filter(|m| m.repaired).count();

@@ -56,8 +56,8 @@ pub use net::{MetaNet, Method, NetAnswer, NetCall, NetError, NetFuture};
 pub use state::lease::LeaseExtension;
 pub use state::tokens::{check_token_name, MAX_TOKENS};
 pub use state::{
-    history_span, ApiToken, ApplyResult, Command, EpochNote, EpochRecord, MetaState, Reply, Role,
-    Settings, VdiLock, DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE,
+    history_span, ApiToken, ApplyResult, Command, EpochNote, EpochRecord, Judged, MetaState, Reply,
+    Role, Settings, VdiLock, DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S, MAX_OBJECT_SIZE,
     MAX_VDI_SIZE, SECTOR_SIZE,
 };
 

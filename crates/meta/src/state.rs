@@ -241,7 +241,11 @@ impl MetaState {
                 state,
                 reason,
                 hold_ms,
-            } => self.apply_set_node_state(*id, *state, reason, *hold_ms, now),
+                judged,
+            } => {
+                self.check_judge(judged.as_ref())?;
+                self.apply_set_node_state(*id, *state, reason, *hold_ms, now)
+            }
             Command::JudgeNodeState { id, state, .. } => self.judge_node_state(*id, *state, now),
             Command::JudgeNodes { verdicts, .. } => self.judge_nodes(verdicts, now),
             Command::RemoveNode { id } => self.remove_node(*id, now),
@@ -361,7 +365,7 @@ mod settings;
 pub mod tokens;
 mod vdis;
 
-pub use command::{ApplyResult, Command, Reply};
+pub use command::{ApplyResult, Command, Judged, Reply};
 pub(crate) use membership::too_old;
 pub use settings::{Settings, DEFAULT_DOWN_AFTER_MS, DEFAULT_RECOVERY_MIB_S};
 pub use tokens::{ApiToken, Role};

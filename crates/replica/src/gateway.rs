@@ -70,9 +70,16 @@ pub struct Gateway {
 pub trait Membership: Send + Sync {
     /// Mark `nodes` down and return once the change is committed; `silent`: they
     /// stopped answering (rather than answered with errors), so they are held down
-    /// for the cluster's hold-down.
-    fn mark_down(&self, nodes: Vec<NodeId>, why: String, silent: bool)
-        -> BoxFuture<'_, Result<()>>;
+    /// for the cluster's hold-down. `seen`: the epoch of the map the verdict was
+    /// made on; the metadata refuses it (`StaleEpoch`) when this node has been
+    /// marked down since.
+    fn mark_down(
+        &self,
+        nodes: Vec<NodeId>,
+        why: String,
+        silent: bool,
+        seen: Epoch,
+    ) -> BoxFuture<'_, Result<()>>;
 }
 
 /// How long a gateway waits for its map to move past an epoch a replica refused.
@@ -260,7 +267,8 @@ impl Gateway {
             .join("; ");
         let why = format!("by gateway node {}: {why}", self.me);
         tracing::warn!(vdi = %vdi.name, "replicas failed, marking them down {why}");
-        m.mark_down(nodes.clone(), why, silent).await?;
+        let seen = self.map.get().epoch;
+        m.mark_down(nodes.clone(), why, silent, seen).await?;
         // Reads must not go to them from here on: wait for the map that says so.
         let end = tokio::time::Instant::now() + MAP_WAIT;
         loop {

@@ -946,6 +946,7 @@ async fn mark_down_when_failed(cluster: Weak<SimCluster>, me: NodeId, store: Arc
             state: NodeState::Down,
             reason: format!("by the node itself: {}", f.first),
             hold_ms: 0,
+            judged: None,
         };
         if c.command_from(me, cmd).await.is_err() {
             tokio::time::sleep(Duration::from_secs(1)).await;

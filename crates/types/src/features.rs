@@ -13,9 +13,12 @@
 //! - 1: everything up to the release before levels existed (5def163; wire version 4).
 //! - 2: per-VDI I/O limits (`SetVdiQos`, `SetDefaultQos`, `CreateVdi` with limits),
 //!   and `FinishUpgrade` itself.
+//! - 3: a gateway's verdict that a node is down carries who judged it and on which
+//!   map (`SetNodeState`'s `judged`), and is refused when its judge has been down
+//!   since (an older build would apply it: the two state machines would differ).
 
 /// The newest cluster feature level this build knows.
-pub const FEATURE_LEVEL: u32 = 2;
+pub const FEATURE_LEVEL: u32 = 3;
 
 /// The level of a node or cluster that says nothing of levels (a build from
 /// before them).
@@ -26,6 +29,7 @@ pub fn feature_name(level: u32) -> &'static str {
     match level {
         0 | 1 => "the base features",
         2 => "per-VDI I/O limits",
+        3 => "verdicts checked against their judge's view",
         _ => "features of a newer build",
     }
 }

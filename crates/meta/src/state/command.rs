@@ -40,6 +40,16 @@ pub enum Command {
         /// silent node down with the cluster's hold-down.
         #[serde(default)]
         hold_ms: u64,
+        /// A gateway's verdict: who judged and on which map. From feature level 3
+        /// the verdict is refused when its judge is down now or was marked down
+        /// at an epoch after that map (or the map is older than the epoch history):
+        /// a gateway cut off with its zone judges the nodes across the cut silent,
+        /// and its verdict, committed once the cut heals, must not mark down
+        /// nodes that took other gateways' writes meanwhile (`drove sim faults
+        /// --meta raft --seed 105 --time 20s` with the gateway fan-out: two home
+        /// copies of a zone-sync VDI marked down 3 s late, a write lost).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        judged: Option<Judged>,
     },
     /// Forget a node: it leaves the cluster map (one epoch). Only a node that takes
     /// no data (weight 0: drained by `node leave`) or is down; its locks stay, and
@@ -446,6 +456,15 @@ impl Command {
             _ => drove_types::BASE_FEATURE_LEVEL,
         }
     }
+}
+
+/// Who judged a node's state and on which map ([`Command::SetNodeState`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Judged {
+    /// The node whose gateway judged.
+    pub by: NodeId,
+    /// The epoch of the map it judged on.
+    pub seen: Epoch,
 }
 
 /// What a successful command returns.

@@ -53,6 +53,7 @@ fn down(s: &mut MetaState, id: u64) {
         state: NodeState::Down,
         reason: "test".into(),
         hold_ms: 0,
+        judged: None,
     };
     s.apply(&cmd, 1_000).unwrap();
 }

@@ -97,6 +97,65 @@ impl MetaState {
         Ok(Reply::Done)
     }
 
+    /// Refuse a gateway's verdict its judge had no right to (from feature level 3;
+    /// see [`super::Command::SetNodeState`]'s `judged`): the judge is not in the
+    /// cluster or is down, its map is from the future or older than the epoch
+    /// history, or it was marked down at an epoch after its map. Refused with
+    /// `StaleEpoch`: the gateway sends its request again once its map is newer,
+    /// and judges again if the replicas still fail.
+    pub(super) fn check_judge(
+        &self,
+        judged: Option<&super::Judged>,
+    ) -> Result<(), (ErrorKind, String)> {
+        let Some(j) = judged else {
+            return Ok(());
+        };
+        if self.settings.feature_level < 3 {
+            return Ok(());
+        }
+        let now = self.map.epoch;
+        let stale = |why: String| {
+            Err((
+                ErrorKind::StaleEpoch,
+                format!(
+                    "Node {}'s verdict on its map of epoch {} is refused: {why}",
+                    j.by, j.seen
+                ),
+            ))
+        };
+        if j.seen > now {
+            return Err(invalid(format!(
+                "Node {}'s verdict names epoch {}, and the cluster is at epoch {now}",
+                j.by, j.seen
+            )));
+        }
+        match self.map.nodes.get(&j.by) {
+            None => return stale(format!("node {} is not in the cluster", j.by)),
+            Some(n) if n.state != NodeState::Up => {
+                return stale(format!("node {} is down now", j.by))
+            }
+            Some(_) => {}
+        }
+        let first = self.epoch_history.first().map_or(now, |r| r.epoch);
+        if j.seen < first && j.seen < now {
+            return stale(format!("epochs before {first} are no longer known"));
+        }
+        let down_since = self.epoch_history.iter().find(|r| {
+            r.epoch > j.seen
+                && r.map
+                    .nodes
+                    .get(&j.by)
+                    .is_none_or(|n| n.state != NodeState::Up)
+        });
+        if let Some(r) = down_since {
+            return stale(format!(
+                "node {} was down at epoch {} (its view was cut off or behind)",
+                j.by, r.epoch
+            ));
+        }
+        Ok(())
+    }
+
     /// [`super::Command::SetNodeState`]: an operator's or a gateway's verdict, with
     /// its reason and hold-down.
     pub(super) fn apply_set_node_state(

@@ -162,6 +162,7 @@ fn test_every_epoch_record_keeps_its_map() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         0,
     )
@@ -246,6 +247,7 @@ fn test_set_node_state_bumps_epoch_only_on_change() {
         state: NodeState::Down,
         reason: String::new(),
         hold_ms: 0,
+        judged: None,
     };
     s.apply(&down, 80).unwrap();
     assert_eq!(s.map.epoch, Epoch(3));
@@ -253,6 +255,84 @@ fn test_set_node_state_bumps_epoch_only_on_change() {
     s.apply(&down, 81).unwrap();
     assert_eq!(s.map.epoch, Epoch(3));
     assert_eq!(s.epoch_history.len(), 3);
+}
+
+fn verdict(id: u64, state: NodeState, judged: Option<(u64, u64)>) -> Command {
+    Command::SetNodeState {
+        id: NodeId(id),
+        state,
+        reason: "by a gateway".into(),
+        hold_ms: 0,
+        judged: judged.map(|(by, seen)| super::Judged {
+            by: NodeId(by),
+            seen: Epoch(seen),
+        }),
+    }
+}
+
+/// A gateway's verdict is refused when its judge was marked down after the map
+/// it judged on (it was cut off: the seed 105 case), is down now, is unknown, or
+/// judged on a map older than the history; a verdict naming a future epoch is
+/// invalid. At feature level 2 the judge is not checked (an older build would
+/// not check it, and every state machine must apply the same).
+#[test]
+fn test_a_gateways_verdict_is_refused_when_its_judge_was_down_since_its_map() {
+    let mut s = with_nodes(4);
+    assert!(s.settings.feature_level >= 3);
+    let e = s.map.epoch.0;
+    // Judged on the current map: taken.
+    s.apply(&verdict(4, NodeState::Down, Some((1, e))), 90)
+        .unwrap();
+    assert_eq!(s.map.nodes[&NodeId(4)].state, NodeState::Down);
+    // Node 1 is marked down and comes back (the detector, across a cut).
+    s.apply(&verdict(1, NodeState::Down, None), 91).unwrap();
+    s.apply(&verdict(1, NodeState::Up, None), 92).unwrap();
+    let now = s.map.epoch.0;
+    assert_eq!(now, e + 3);
+    // Its verdict judged before that, committed now: refused, nothing changes.
+    let before = s.clone();
+    let (kind, msg) = err_of(s.apply(&verdict(3, NodeState::Down, Some((1, e + 1))), 93));
+    assert_eq!(kind, ErrorKind::StaleEpoch, "{msg}");
+    assert!(
+        msg.contains(&format!("node 1 was down at epoch {}", e + 2)),
+        "{msg}"
+    );
+    assert_eq!(s, before);
+    // Judged again on the map after its return: taken.
+    s.apply(&verdict(3, NodeState::Down, Some((1, now))), 94)
+        .unwrap();
+    assert_eq!(s.map.nodes[&NodeId(3)].state, NodeState::Down);
+    let now = s.map.epoch.0;
+    // A judge that is down now, or unknown; a map from the future.
+    let (kind, msg) = err_of(s.apply(&verdict(2, NodeState::Down, Some((4, now))), 95));
+    assert_eq!(kind, ErrorKind::StaleEpoch);
+    assert!(msg.contains("node 4 is down now"), "{msg}");
+    let (kind, msg) = err_of(s.apply(&verdict(2, NodeState::Down, Some((9, now))), 95));
+    assert_eq!(kind, ErrorKind::StaleEpoch);
+    assert!(msg.contains("node 9 is not in the cluster"), "{msg}");
+    let (kind, msg) = err_of(s.apply(&verdict(2, NodeState::Down, Some((1, now + 1))), 95));
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("and the cluster is at epoch"), "{msg}");
+    // A map older than the history's first epoch: nobody can tell, refused.
+    s.apply(&verdict(3, NodeState::Up, None), 96).unwrap();
+    s.apply(&verdict(4, NodeState::Up, None), 96).unwrap();
+    let now = s.map.epoch;
+    s.apply(&Command::TrimHistory { keep_from: now }, 97)
+        .unwrap();
+    let (kind, msg) = err_of(s.apply(&verdict(2, NodeState::Down, Some((1, now.0 - 1))), 98));
+    assert_eq!(kind, ErrorKind::StaleEpoch);
+    assert!(msg.contains("no longer known"), "{msg}");
+    s.apply(&verdict(2, NodeState::Down, Some((1, now.0))), 98)
+        .unwrap();
+    // At feature level 2 the same stale verdict is applied, as before.
+    let mut old = with_nodes(4);
+    old.settings.feature_level = 2;
+    let e = old.map.epoch.0;
+    old.apply(&verdict(1, NodeState::Down, None), 91).unwrap();
+    old.apply(&verdict(1, NodeState::Up, None), 92).unwrap();
+    old.apply(&verdict(3, NodeState::Down, Some((1, e))), 93)
+        .unwrap();
+    assert_eq!(old.map.nodes[&NodeId(3)].state, NodeState::Down);
 }
 
 #[test]
@@ -265,6 +345,7 @@ fn test_set_node_state_unknown_node_is_not_found() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         0,
     ));
@@ -402,6 +483,7 @@ fn test_create_needs_enough_up_nodes() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         0,
     )
@@ -528,6 +610,7 @@ fn test_apply_is_deterministic_across_replicas() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         create("bad", 4096, Some(2)),
         Command::SetNodeState {
@@ -535,6 +618,7 @@ fn test_apply_is_deterministic_across_replicas() {
             state: NodeState::Up,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         create("good", 4096, Some(2)),
         Command::ResizeVdi {
@@ -599,6 +683,7 @@ fn test_only_a_drained_or_down_node_is_removed() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         53,
     )
@@ -687,6 +772,7 @@ fn test_a_removed_node_never_comes_back_under_its_id() {
             state: NodeState::Down,
             reason: String::new(),
             hold_ms: 0,
+            judged: None,
         },
         300,
     )
@@ -711,6 +797,7 @@ fn test_a_silent_node_is_held_down_and_the_reason_is_in_the_history() {
             state: NodeState::Down,
             reason: "by gateway node 1: node 3 said nothing for 520 ms".into(),
             hold_ms: 60_000,
+            judged: None,
         },
         1_000,
     )
@@ -740,6 +827,7 @@ fn test_a_silent_node_is_held_down_and_the_reason_is_in_the_history() {
         state: NodeState::Down,
         reason: String::new(),
         hold_ms: u64::MAX,
+        judged: None,
     };
     assert_eq!(s.apply(&bad, 1_100).unwrap_err().0, ErrorKind::Invalid);
 }
@@ -994,9 +1082,10 @@ fn test_a_new_cluster_starts_at_its_first_nodes_feature_level() {
     let (kind, msg) = err_of(s.apply(&Command::UpsertNode(old_node(3, "z")), 102));
     assert_eq!(kind, ErrorKind::Invalid);
     assert!(
-        msg.contains(
-            "Node 3 runs a build of cluster feature level 1, and the cluster is at level 2"
-        ),
+        msg.contains(&format!(
+            "Node 3 runs a build of cluster feature level 1, and the cluster is at level {}",
+            drove_types::FEATURE_LEVEL
+        )),
         "{msg}"
     );
     assert!(!s.map.nodes.contains_key(&NodeId(3)));
