@@ -679,35 +679,37 @@ impl Recoverer {
             // earlier version holds none the best copy lacks, and does.
             let best = source.map(|(n, d, _)| (n, d.version));
             let zone_sync = vdi.policy == WritePolicy::ZoneSync;
-            let readable = |n: NodeId| {
+            // Whether node `n` answered with a copy that holds every write the
+            // best one lacks none of ([`vouches`]), and whether it surely kept
+            // them: a copy whose host lost power since it took writes may lack the
+            // unflushed ones. This node's own, so (node 9, back from a power loss
+            // with its copy's version, the peers that took the write after it
+            // down, vouched for its own stale copy, made it current, and the
+            // others recovered from it: `drove sim faults --seed 205`, two writes
+            // lost), and another's while that node has not been clean since it
+            // started (it reports clean epoch 0 until its own recovery is done,
+            // which decides for it). An epoch whose witnesses all answered, unsure
+            // or not, has no better answer anywhere: waiting, after the whole site
+            // lost power, nodes 2 and 3 each took an epoch's writes alone while
+            // the other was down, and neither ever made its copy current
+            // (`--seed 293`, also `--seed 91`).
+            let answered = |n: NodeId| {
                 if n == self.me {
-                    // A copy whose host lost power since it took writes answers
-                    // for none of them: the unflushed ones may be gone. Counted,
-                    // node 9, back from a power loss with its copy's version, the
-                    // peers that took the write after it down, vouched for its own
-                    // stale copy, made it current, and the others recovered from
-                    // it (`drove sim faults --seed 205`: two writes lost).
-                    return !cu.lost_unflushed() && vouches(n, &mine, best, zone_sync, &near);
+                    return vouches(n, &mine, best, zone_sync, &near);
                 }
                 digests
                     .iter()
                     .any(|(m, d)| *m == n && vouches(n, d, best, zone_sync, &near))
             };
-            let mut silent = view.unvouched(oid, since(&source), &readable);
-            if cu.lost_unflushed() && vouches(self.me, &mine, best, zone_sync, &near) {
-                // This node has answered, with its copy as its disk kept it: that
-                // is all it will ever say, so it is not waited for. An epoch whose
-                // only witness it is has no better answer anywhere: the writes
-                // acknowledged durable then are on its disk, and the others were
-                // on no copy that kept its page cache. An epoch with another
-                // witness still waits for that one (seed 205 above). Waited for,
-                // the node waited for itself for good (it becomes clean only once
-                // its copies are current): after the whole site lost power, nodes
-                // 2 and 3 each took an epoch's writes alone while the other was
-                // down, and neither ever made its copy current (`drove sim faults
-                // --seed 293`; also `--seed 91`).
-                silent.remove(&self.me);
-            }
+            let sure = |n: NodeId| {
+                if n == self.me {
+                    return !cu.lost_unflushed();
+                }
+                digests
+                    .iter()
+                    .any(|(m, d)| *m == n && !unsure_since_boot(d))
+            };
+            let silent = view.unvouched_by(oid, since(&source), &answered, &sure, Some(self.me));
             if !silent.is_empty() && !matches!(source, Some((_, _, false))) {
                 // Those that answered with a copy failing its checksums are asked to
                 // mend it: waiting is for them, and nothing else repairs a copy
@@ -1165,4 +1167,13 @@ impl Repair for Recoverer {
             self.copy(oid, len, from, true, false).await
         })
     }
+}
+
+/// Whether a peer's copy comes from a node that has not been clean since it
+/// started, with nothing to show it kept its page cache: a copy present, not
+/// known current, on a node whose clean epoch is 0 (a host back from a power loss
+/// reports 0 until its recovery is done; so does a new node, whose copies were
+/// fetched from others).
+fn unsure_since_boot(d: &ObjDigest) -> bool {
+    d.present && !d.current && d.clean_epoch == Epoch(0)
 }
