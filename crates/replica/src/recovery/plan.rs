@@ -572,6 +572,48 @@ mod tests {
         assert!(v.unvouched(oid, Epoch(0), &nobody).iter().all(|&n| far(n)));
     }
 
+    /// An unsure answer (a copy whose host lost power, or a new disk's) answers
+    /// for an epoch only when every other witness but this node answered too.
+    #[test]
+    fn test_an_unsure_answer_counts_only_when_every_other_witness_answered() {
+        use NodeState::Up;
+        let m1 = map(1, &[(1, Up), (2, Up), (3, Up), (4, Up)]);
+        let oid = ObjectId::new(VdiId(7), 3);
+        let mut sync = vdi7();
+        sync.copies = 3;
+        let v = view_of(&sync, vec![m1.clone()]);
+        let w: Vec<NodeId> = locate_vdi(&m1, &sync, oid);
+        let (a, b, c) = (w[0], w[1], w[2]);
+        let only = |set: Vec<NodeId>| move |n: NodeId| set.contains(&n);
+        // `a` answered unsure, `b` and `c` did not: both waited for.
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![a]), &only(vec![]), None);
+        assert_eq!(waited, [b, c].into());
+        // The same, seen from `b`, which has no better answer of its own: `c`.
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![a]), &only(vec![]), Some(b));
+        assert_eq!(
+            waited,
+            [b, c].into(),
+            "b did not answer for itself: waited for"
+        );
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![a, b]), &only(vec![]), Some(b));
+        assert_eq!(waited, [c].into());
+        // Every witness answered, all unsure (a site power loss): nothing better.
+        let all = only(vec![a, b, c]);
+        assert!(v
+            .unvouched_by(oid, Epoch(0), &all, &only(vec![]), None)
+            .is_empty());
+        // Every other witness answered and this one did not (its copy rotten):
+        // the unsure answers are all there will be.
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![a, b]), &only(vec![]), Some(c));
+        assert!(waited.is_empty());
+        // One sure answer is enough.
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![a]), &only(vec![a]), None);
+        assert!(waited.is_empty());
+        // Nobody answered: every witness waited for, this node included.
+        let waited = v.unvouched_by(oid, Epoch(0), &only(vec![]), &only(vec![]), Some(c));
+        assert_eq!(waited, [a, b, c].into());
+    }
+
     #[test]
     fn test_nodes_placed_since_an_epoch_are_waited_for_unless_removed() {
         use NodeState::{Down, Up};
