@@ -35,6 +35,24 @@ struct Inner {
     dirty: BTreeSet<usize>,
 }
 
+impl Inner {
+    /// Settle every sector written since the last sync: those `reached` takes
+    /// (by their byte range) reach the disk, the others are lost. How many were
+    /// lost.
+    fn settle(&mut self, mut reached: impl FnMut(&std::ops::Range<usize>) -> bool) -> usize {
+        let mut lost = 0;
+        for s in std::mem::take(&mut self.dirty) {
+            let r = s * SECTOR..((s + 1) * SECTOR).min(self.bytes.len());
+            if reached(&r) {
+                self.durable[r.clone()].copy_from_slice(&self.bytes[r]);
+            } else {
+                lost += 1;
+            }
+        }
+        lost
+    }
+}
+
 impl MemDisk {
     /// An empty disk.
     pub fn new() -> MemDisk {
@@ -56,22 +74,9 @@ impl MemDisk {
     /// many written sectors were lost.
     pub fn power_loss(&self, chance: &mut dyn FnMut(f64) -> bool) -> usize {
         let mut d = self.inner.lock();
-        let Inner {
-            bytes,
-            durable,
-            dirty,
-        } = &mut *d;
-        let mut lost = 0;
-        for &s in dirty.iter() {
-            let r = s * SECTOR..((s + 1) * SECTOR).min(bytes.len());
-            if r.end <= durable.len() && chance(WRITTEN_BACK) {
-                durable[r.clone()].copy_from_slice(&bytes[r]);
-            } else {
-                lost += 1;
-            }
-        }
-        dirty.clear();
-        *bytes = durable.clone();
+        let durable_len = d.durable.len();
+        let lost = d.settle(|r| r.end <= durable_len && chance(WRITTEN_BACK));
+        d.bytes = d.durable.clone();
         lost
     }
 
@@ -120,16 +125,9 @@ impl redb::StorageBackend for MemDisk {
     /// Make what was written durable (fdatasync: data and the file's length).
     fn sync_data(&self) -> io::Result<()> {
         let mut d = self.inner.lock();
-        let Inner {
-            bytes,
-            durable,
-            dirty,
-        } = &mut *d;
-        durable.resize(bytes.len(), 0);
-        for s in std::mem::take(dirty) {
-            let r = s * SECTOR..((s + 1) * SECTOR).min(bytes.len());
-            durable[r.clone()].copy_from_slice(&bytes[r]);
-        }
+        let len = d.bytes.len();
+        d.durable.resize(len, 0);
+        d.settle(|_| true);
         Ok(())
     }
 
