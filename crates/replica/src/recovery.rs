@@ -679,10 +679,9 @@ impl Recoverer {
             // earlier version holds none the best copy lacks, and does.
             let best = source.map(|(n, d, _)| (n, d.version));
             let zone_sync = vdi.policy == WritePolicy::ZoneSync;
-            // Whether node `n` answered with a copy that holds every write the
-            // best one lacks none of ([`vouches`]), and whether it surely kept
-            // them: a copy whose host lost power since it took writes may lack the
-            // unflushed ones. This node's own, so (node 9, back from a power loss
+            // Whether node `n` answered with a copy that answers for its epochs'
+            // writes ([`vouches`]), and whether it surely kept them: a copy whose
+            // host lost power since it took writes may lack the unflushed ones. This node's own, so (node 9, back from a power loss
             // with its copy's version, the peers that took the write after it
             // down, vouched for its own stale copy, made it current, and the
             // others recovered from it: `drove sim faults --seed 205`, two writes

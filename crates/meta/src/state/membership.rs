@@ -136,8 +136,9 @@ impl MetaState {
             }
             Some(_) => {}
         }
+        // The history's first epoch is at most the current one.
         let first = self.epoch_history.first().map_or(now, |r| r.epoch);
-        if j.seen < first && j.seen < now {
+        if j.seen < first {
             return stale(format!("epochs before {first} are no longer known"));
         }
         let down_since = self.epoch_history.iter().find(|r| {
