@@ -53,7 +53,7 @@ pub use lease::Renew;
 pub use mem_disk::MemDisk;
 pub use meta::{random_u64, Meta};
 pub use net::{MetaNet, Method, NetAnswer, NetCall, NetError, NetFuture};
-pub use state::lease::LeaseExtension;
+pub use state::lease::{LeaseExtension, NEW_LEADER_MARGIN_MS};
 pub use state::tokens::{check_token_name, MAX_TOKENS};
 pub use state::{
     history_span, ApiToken, ApplyResult, Command, EpochNote, EpochRecord, Judged, MetaState, Reply,

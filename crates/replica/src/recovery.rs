@@ -341,7 +341,9 @@ impl Recoverer {
         } else {
             cu.clean_epoch()
         };
-        let up = |m: &ClusterMap| m.node(self.me).is_some_and(|n| n.state == NodeState::Up);
+        let up_at =
+            |m: &ClusterMap, id: NodeId| m.node(id).is_some_and(|n| n.state == NodeState::Up);
+        let up = |m: &ClusterMap| up_at(m, self.me);
         let later = view.maps_after(from);
         let empty = ClusterMap::default();
         let before = view.map_at(from).unwrap_or(&empty);
@@ -366,13 +368,23 @@ impl Recoverer {
             .filter(|(_, h)| h.contains(&self.me))
             .map(|(o, _)| *o)
             .collect();
-        for (&oid, _) in listed.iter() {
+        // A peer back since `from` lists what this node could not see while it was
+        // away: an object placed here that it holds and this node does not was
+        // never heard of here, so this node's "nothing here" says nothing of it.
+        // Unchecked, a node on a new disk that worked out its epochs while the
+        // only holders were down made its absence current, and replaced their
+        // copies with it when they came back (`drove sim faults --seed 3223
+        // --time 20s --meta raft`).
+        let peer_back =
+            |n: NodeId| n != self.me && (!up_at(before, n) || later.iter().any(|m| !up_at(m, n)));
+        for (&oid, holders) in listed.iter() {
             if !view.holds(&view.map, self.me, oid) {
                 continue;
             }
             let gained = !view.holds(before, self.me, oid)
                 || later.iter().any(|m| !view.holds(m, self.me, oid));
-            if returning || gained {
+            let unheard = !holders.contains(&self.me) && holders.iter().any(|&n| peer_back(n));
+            if returning || gained || unheard {
                 pending.insert(oid);
             }
         }
@@ -628,6 +640,20 @@ impl Recoverer {
         let mut mine = self.local.digest(oid, len, mine_by).await?;
         // A copy in the VDI's home zone when it took its version's writes.
         let near = |n: NodeId, at: Epoch| view.in_home(vdi, n, at);
+        if mine.corrupt && mine.present {
+            // Whether this copy is alone in its version is for every node placed
+            // since to say, those the object has left too: unasked, node 8 (no copy,
+            // placed at epoch 11 and no longer) kept node 7 from sealing its torn
+            // copy, the only one of its version, and recovery never ended
+            // (`drove sim faults --seed 1416 --time 20s --meta raft`).
+            let unasked = self.unasked(&view, oid, Epoch(mine.version.epoch), &digests);
+            if !unasked.is_empty() {
+                let more = self
+                    .digests_of(&unasked, oid, len, view.map.epoch, by)
+                    .await;
+                digests.extend(more);
+            }
+        }
         if mine.corrupt
             && self
                 .mend(
@@ -654,15 +680,7 @@ impl Recoverer {
             let since = |s: &Option<(NodeId, ObjDigest, bool)>| {
                 s.map_or(Epoch(0), |(_, d, _)| Epoch(d.version.epoch))
             };
-            let answered = |ds: &[(NodeId, ObjDigest)], n: NodeId| {
-                n == self.me || ds.iter().any(|(m, _)| *m == n)
-            };
-            let unasked: Vec<NodeId> = view
-                .placed_since(oid, since(&source))
-                .into_iter()
-                .filter(|&n| !answered(&digests, n))
-                .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
-                .collect();
+            let unasked = self.unasked(&view, oid, since(&source), &digests);
             if !unasked.is_empty() {
                 let more = self
                     .digests_of(&unasked, oid, len, view.map.epoch, by)
@@ -758,6 +776,23 @@ impl Recoverer {
         self.copy(oid, len, src, force, limited).await
     }
 
+    /// The up nodes `oid` was placed on since epoch `since` that are not among
+    /// `digests` (nor this node): those that may have taken writes and were not
+    /// asked, because the object has left them.
+    fn unasked(
+        &self,
+        view: &View,
+        oid: ObjectId,
+        since: Epoch,
+        digests: &[(NodeId, ObjDigest)],
+    ) -> Vec<NodeId> {
+        view.placed_since(oid, since)
+            .into_iter()
+            .filter(|&n| n != self.me && !digests.iter().any(|(m, _)| *m == n))
+            .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
+            .collect()
+    }
+
     /// Whether this node's copy `mine` is the only copy of the latest version
     /// while its host lost power since its last clean epoch: every node the
     /// object was placed on since that version's epoch answered (`digests`), with
@@ -800,7 +835,9 @@ impl Recoverer {
         alone: bool,
         near: &(dyn Fn(NodeId, Epoch) -> bool + Sync),
     ) -> bool {
-        let order = mend_order(mine, others, near);
+        let home_only =
+            self.local.catchup().lost_unflushed() && near(self.me, Epoch(mine.version.epoch));
+        let order = mend_order(mine, others, near, home_only);
         if order.is_empty() && !alone {
             return false;
         }

@@ -816,7 +816,15 @@ async fn heal(
     // The VMs stop without a clean release (as from a crash): another node of each
     // home zone takes the lock once the lease ran out and settles the replicas, as
     // a VM started elsewhere does.
-    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+    //
+    // A new metadata leader extends every lease by its length and a margin, as it
+    // cannot know what its predecessor confirmed (`MetaState::new_term`): the taker
+    // waits that long, and once more when a term began meanwhile. Taken after one
+    // lease, three seeds failed after voters moved at the heal (`drove sim faults
+    // --seed 441 --time 20s --meta raft`: "lease for 654 ms more" on every VDI).
+    let extension = LEASE + Duration::from_millis(drove_meta::NEW_LEADER_MARGIN_MS);
+    let term = c.state().lease_term;
+    tokio::time::sleep(extension + Duration::from_secs(1)).await;
     for cl in clients {
         let zone = c.model().zone_of(cl.node.0);
         let ids = c.node_ids();
@@ -827,7 +835,12 @@ async fn heal(
             .or_else(|| ids.iter().copied().find(|&id| id != cl.node))
             .unwrap_or(cl.node);
         // The daemon's lock service settles the replicas before it grants.
-        if let Err(e) = c.acquire(&cl.name, other, LEASE).await {
+        let mut got = c.acquire(&cl.name, other, LEASE).await;
+        if got.is_err() && c.state().lease_term > term {
+            tokio::time::sleep(extension + Duration::from_secs(1)).await;
+            got = c.acquire(&cl.name, other, LEASE).await;
+        }
+        if let Err(e) = got {
             violations.push(format!(
                 "VDI {}: node {other} cannot take the lock and settle after its writer stopped: {e}",
                 cl.name

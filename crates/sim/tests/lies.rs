@@ -207,3 +207,51 @@ fn assert_passed_after_a_site_power_loss(r: &drove_sim::SeedReport) {
 fn test_a_copy_not_clean_since_its_node_started_does_not_answer_for_others_writes() {
     raft_seeds_pass(&[1546, 2274, 3022], &["loses power", "new, empty disk"]);
 }
+
+/// `drove sim faults --meta raft --seed 3223 --time 20s`: node 5 came back on a
+/// new, empty disk while nodes 8 and 9, the only holders of an object placed on
+/// it, were down after zone z3's power loss. It never heard of the object, worked
+/// out its epochs and answered "none here, current" for it; when z3 came back,
+/// nodes 8 and 9 took that answer over their own copies (unsure after the power
+/// loss), and 35 writes acknowledged durable were gone. An object a peer back
+/// since lists, placed here and not held here, is now recovered like one gained.
+#[test]
+fn test_a_node_on_a_new_disk_does_not_vouch_for_objects_it_never_heard_of() {
+    raft_seeds_pass(&[3223], &["new, empty disk"]);
+}
+
+/// `drove sim faults --meta raft --seed 1306 --time 20s`: after the whole site lost
+/// power, both home-zone copies of a zone-sync object were torn at one block, and
+/// node 7 mended its copy from the far copy, of the same version but short of the
+/// last writes shipped to it: a write acknowledged durable was replaced by an
+/// older one everywhere. A home copy whose host lost power mends from home copies
+/// only (torn on each, the block is sealed as it stands).
+#[test]
+fn test_a_torn_home_copy_is_not_mended_from_a_lagging_far_copy() {
+    let r = run_seed(1306, &raft()).unwrap();
+    assert_passed_after_a_site_power_loss(&r);
+}
+
+/// `drove sim faults --meta raft --seed 1416 --time 20s`: after the whole site lost
+/// power, node 7 held the only copy of an object's last version, torn. Node 8, on
+/// which the object was placed at that version's epoch and no longer, was never
+/// asked, so node 7 did not count its copy as alone in its version, never sealed
+/// the torn block, and waited for itself: recovery never ended. Every node placed
+/// since the version is now asked first.
+#[test]
+fn test_a_torn_copy_alone_in_its_version_asks_every_node_placed_since() {
+    let r = run_seed(1416, &raft()).unwrap();
+    assert_passed_after_a_site_power_loss(&r);
+}
+
+/// `drove sim faults --meta raft --seed 441 --time 20s` (also 1229 and 2169): the
+/// final check's new writer found every VDI's lease still running. Voters moved
+/// when zone z3 came back, a new metadata term began, and a new leader extends
+/// every lease by its length and a margin: the check now waits that out too.
+#[test]
+fn test_the_final_lock_handover_waits_out_a_new_leaders_lease_extension() {
+    for seed in [441, 1229, 2169] {
+        let r = run_seed(seed, &raft()).unwrap();
+        assert!(r.passed(), "seed {seed}: {}", show(&r));
+    }
+}
