@@ -835,9 +835,20 @@ impl Recoverer {
         alone: bool,
         near: &(dyn Fn(NodeId, Epoch) -> bool + Sync),
     ) -> bool {
-        let home_only =
-            self.local.catchup().lost_unflushed() && near(self.me, Epoch(mine.version.epoch));
-        let order = mend_order(mine, others, near, home_only);
+        let order = mend_order(mine, others, near);
+        // A home copy whose host lost power: a block failing here is most likely a
+        // write the power loss cut, and the far copy of the same version may lack
+        // even the write before it, acknowledged durable. When every other home copy
+        // asked fails the block too, it is sealed as it stands rather than taken
+        // from the far copy: taken from there, both home copies torn at one block
+        // after the whole site lost power, write 1382 was replaced by the far
+        // copy's 1233 everywhere (`drove sim faults --seed 1306 --time 20s --meta
+        // raft`). A home copy that cannot answer (its disk failed) leaves the far
+        // copy as the fallback: refused it, a home copy with one block flipped was
+        // replaced whole by the far copy, short of two durable writes (`--seed
+        // 3016`).
+        let at = Epoch(mine.version.epoch);
+        let seal_before_far = self.local.catchup().lost_unflushed() && near(self.me, at);
         if order.is_empty() && !alone {
             return false;
         }
@@ -869,7 +880,12 @@ impl Recoverer {
             let mut found = None;
             // Whether every other copy of the version fails this block too.
             let mut torn_everywhere = true;
+            // Other home copies that fail the block as torn.
+            let mut torn_home = 0;
             for &n in &order {
+                if seal_before_far && torn_everywhere && torn_home > 0 && !near(n, at) {
+                    break;
+                }
                 // Whatever the copy's state: after a whole-site power loss every
                 // copy is pending, and a plain read of one is refused. A node of
                 // wire version 4 has no MendRead: the pool sends it the plain read
@@ -887,7 +903,9 @@ impl Recoverer {
                     }
                     Ok(_) => torn_everywhere = false,
                     Err(e) => {
-                        torn_everywhere &= e.kind() == ErrorKind::Corrupt;
+                        let torn = e.kind() == ErrorKind::Corrupt;
+                        torn_everywhere &= torn;
+                        torn_home += usize::from(torn && near(n, at));
                         tracing::debug!(me = %self.me, %oid, node = %n, block = b, "no block to mend with: {e}")
                     }
                 }
@@ -904,7 +922,8 @@ impl Recoverer {
                     // read of a disk after losing an unflushed write. The other copies
                     // then mend from this one, or are replaced by the copy recovery
                     // picks. So too when this copy is `alone` in its version (no
-                    // copy to ask): the copies of earlier versions lack the write.
+                    // copy to ask): the copies of earlier versions lack the write;
+                    // and when every home copy asked fails it (`seal_before_far`).
                     sealed.push(b);
                     continue;
                 }

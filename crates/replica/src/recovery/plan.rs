@@ -307,19 +307,10 @@ pub(super) fn vouches(
 /// Replaced whole from a readable copy instead, a home copy with one block flipped
 /// took the far copy's, short of the writes not yet shipped, when every home copy
 /// had a block flipped (`drove sim faults --seed 9420 --time 40s`).
-///
-/// `home_only`: only home copies are asked. So for a home copy whose host lost
-/// power: a block failing there is most likely a write the power loss cut, and the
-/// far copy of the same version may lack even the write before it, acknowledged
-/// durable. Taken from there, both home copies torn at one block after the whole
-/// site lost power, write 1382 was replaced by the far copy's 1233 everywhere
-/// (`drove sim faults --seed 1306 --time 20s --meta raft`); torn on every home copy,
-/// the block is sealed as it stands instead (see `Recoverer::mend`).
 pub(super) fn mend_order(
     mine: &ObjDigest,
     others: &[(NodeId, ObjDigest)],
     near: &dyn Fn(NodeId, Epoch) -> bool,
-    home_only: bool,
 ) -> Vec<NodeId> {
     if !mine.present
         || others
@@ -331,7 +322,7 @@ pub(super) fn mend_order(
     let at = Epoch(mine.version.epoch);
     let mut order: Vec<(NodeId, ObjDigest)> = others
         .iter()
-        .filter(|(n, d)| d.present && d.version == mine.version && (!home_only || near(*n, at)))
+        .filter(|(_, d)| d.present && d.version == mine.version)
         .copied()
         .collect();
     order.sort_by_key(|(n, d)| (!near(*n, at), !d.current));
@@ -750,20 +741,10 @@ mod tests {
                 (NodeId(6), gone),
             ],
             &near,
-            false,
         );
         assert_eq!(got, vec![home, far], "the home copy first, even flipped");
-        // After a power loss of the home copy's host: never the far copy.
-        let got = mend_order(&mine, &[(far, far_copy), (home, flipped_home)], &near, true);
-        assert_eq!(
-            got,
-            vec![home],
-            "the far copy may lag the torn block's last write"
-        );
         // A later version anywhere: mine is behind, recovered whole.
         let newer = d(false, (1, 16), 16, 1);
-        assert!(
-            mend_order(&mine, &[(home, flipped_home), (other, newer)], &near, false).is_empty()
-        );
+        assert!(mend_order(&mine, &[(home, flipped_home), (other, newer)], &near).is_empty());
     }
 }
