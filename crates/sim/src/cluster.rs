@@ -156,6 +156,9 @@ pub struct SimCluster {
     object_size: u32,
     disks: Disks,
     meta: Mutex<MetaState>,
+    /// With openraft: the newest state a running node held when last asked, the
+    /// answer while no node runs (the whole site powered off).
+    last_raft_state: Mutex<MetaState>,
     /// With openraft: every node's real metadata.
     raft: Option<raft::RaftMetas>,
     nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
@@ -185,6 +188,7 @@ impl SimCluster {
             object_size,
             disks,
             meta: Mutex::new(MetaState::default()),
+            last_raft_state: Mutex::new(MetaState::default()),
             raft: None,
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
@@ -232,6 +236,7 @@ impl SimCluster {
             object_size,
             disks,
             meta: Mutex::new(MetaState::default()),
+            last_raft_state: Mutex::new(MetaState::default()),
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
             history: Mutex::new(Arc::default()),
@@ -323,12 +328,16 @@ impl SimCluster {
 
     /// A copy of the metadata state. With openraft: the state of the running
     /// node that applied the most of the log (every applied entry was committed,
-    /// so it is the newest state any node knows).
+    /// so it is the newest state any node knows). While no node runs, the last
+    /// such state: answered empty instead, a write acknowledged as the whole site
+    /// lost power was checked against no lock at all (`drove sim faults --seed
+    /// 5432 --time 20s --meta raft`).
     pub fn state(&self) -> MetaState {
         if self.raft.is_none() {
             return self.meta.lock().clone();
         }
-        self.running_metas()
+        let newest = self
+            .running_metas()
             .into_iter()
             .max_by_key(|m| {
                 (
@@ -336,8 +345,15 @@ impl SimCluster {
                     std::cmp::Reverse(m.node_id()),
                 )
             })
-            .map(|m| MetaState::clone(&m.state()))
-            .unwrap_or_default()
+            .map(|m| MetaState::clone(&m.state()));
+        let mut last = self.last_raft_state.lock();
+        match newest {
+            Some(st) => {
+                *last = st.clone();
+                st
+            }
+            None => last.clone(),
+        }
     }
 
     /// The VDI named `name`.

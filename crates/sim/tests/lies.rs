@@ -260,3 +260,12 @@ fn test_the_final_lock_handover_waits_out_a_new_leaders_lease_extension() {
         assert!(r.passed(), "seed {seed}: {}", show(&r));
     }
 }
+
+/// `drove sim faults --meta raft --seed 5432 --time 20s` (also 8539): a write
+/// acknowledged as the whole site lost power was checked against the metadata of
+/// no running node, an empty state, and reported as acknowledged without the lock.
+/// While no node runs, the simulator now answers with the last state it saw.
+#[test]
+fn test_a_write_acknowledged_as_the_site_loses_power_is_checked_against_the_last_lock() {
+    raft_seeds_pass(&[5432, 8539], &["whole site loses power"]);
+}
