@@ -646,13 +646,9 @@ impl Recoverer {
             // placed at epoch 11 and no longer) kept node 7 from sealing its torn
             // copy, the only one of its version, and recovery never ended
             // (`drove sim faults --seed 1416 --time 20s --meta raft`).
-            let unasked = self.unasked(&view, oid, Epoch(mine.version.epoch), &digests);
-            if !unasked.is_empty() {
-                let more = self
-                    .digests_of(&unasked, oid, len, view.map.epoch, by)
-                    .await;
-                digests.extend(more);
-            }
+            let since = Epoch(mine.version.epoch);
+            self.ask_unasked(&view, oid, len, since, by, &mut digests)
+                .await;
         }
         if mine.corrupt
             && self
@@ -680,12 +676,10 @@ impl Recoverer {
             let since = |s: &Option<(NodeId, ObjDigest, bool)>| {
                 s.map_or(Epoch(0), |(_, d, _)| Epoch(d.version.epoch))
             };
-            let unasked = self.unasked(&view, oid, since(&source), &digests);
-            if !unasked.is_empty() {
-                let more = self
-                    .digests_of(&unasked, oid, len, view.map.epoch, by)
-                    .await;
-                digests.extend(more);
+            if self
+                .ask_unasked(&view, oid, len, since(&source), by, &mut digests)
+                .await
+            {
                 source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
             }
             // A higher version found among them only narrows the set; a current copy
@@ -699,11 +693,11 @@ impl Recoverer {
             let zone_sync = vdi.policy == WritePolicy::ZoneSync;
             // Whether node `n` answered with a copy that answers for its epochs'
             // writes ([`vouches`]), and whether it surely kept them: a copy whose
-            // host lost power since it took writes may lack the unflushed ones. This node's own, so (node 9, back from a power loss
-            // with its copy's version, the peers that took the write after it
-            // down, vouched for its own stale copy, made it current, and the
-            // others recovered from it: `drove sim faults --seed 205`, two writes
-            // lost), and another's while that node has not been clean since it
+            // host lost power since it took writes may lack the unflushed ones.
+            // This node's own, so (node 9, back from a power loss with its copy's
+            // version, the peers that took the write after it down, vouched for
+            // its own stale copy, made it current, and the others recovered from
+            // it: `drove sim faults --seed 205`, two writes lost), and another's while that node has not been clean since it
             // started (it reports clean epoch 0 until its own recovery is done,
             // which decides for it). An epoch whose witnesses all answered, unsure
             // or not, has no better answer anywhere: waiting, after the whole site
@@ -776,21 +770,33 @@ impl Recoverer {
         self.copy(oid, len, src, force, limited).await
     }
 
-    /// The up nodes `oid` was placed on since epoch `since` that are not among
-    /// `digests` (nor this node): those that may have taken writes and were not
-    /// asked, because the object has left them.
-    fn unasked(
+    /// Ask for their digests the up nodes `oid` was placed on since epoch `since`
+    /// that are not among `digests` (nor this node): those that may have taken
+    /// writes and were not asked, because the object has left them. Their answers
+    /// join `digests`; whether there were any to ask.
+    async fn ask_unasked(
         &self,
         view: &View,
         oid: ObjectId,
+        len: u32,
         since: Epoch,
-        digests: &[(NodeId, ObjDigest)],
-    ) -> Vec<NodeId> {
-        view.placed_since(oid, since)
+        by: DigestBy,
+        digests: &mut Vec<(NodeId, ObjDigest)>,
+    ) -> bool {
+        let unasked: Vec<NodeId> = view
+            .placed_since(oid, since)
             .into_iter()
             .filter(|&n| n != self.me && !digests.iter().any(|(m, _)| *m == n))
             .filter(|&n| view.map.node(n).is_some_and(|x| x.state == NodeState::Up))
-            .collect()
+            .collect();
+        if unasked.is_empty() {
+            return false;
+        }
+        let more = self
+            .digests_of(&unasked, oid, len, view.map.epoch, by)
+            .await;
+        digests.extend(more);
+        true
     }
 
     /// Whether this node's copy `mine` is the only copy of the latest version
