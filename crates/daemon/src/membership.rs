@@ -28,6 +28,16 @@ impl drove_replica::Membership for MetaMembership {
                 by: self.0.node_id(),
                 seen,
             });
+            // Nodes of other zones first: a verdict on one of them is refused
+            // once a node of this node's zone was marked down since `seen`
+            // (feature level 4), and this batch's own must not count.
+            let mut nodes = nodes;
+            {
+                let state = self.0.state();
+                let zone = |id| state.map.nodes.get(&id).map(|n| n.zone.clone());
+                let mine = zone(self.0.node_id());
+                nodes.sort_by_key(|id| zone(*id) == mine);
+            }
             for id in nodes {
                 tracing::warn!(node = %id, hold_ms, "marking node down {why}");
                 self.0

@@ -243,7 +243,7 @@ impl MetaState {
                 hold_ms,
                 judged,
             } => {
-                self.check_judge(judged.as_ref())?;
+                self.check_judge(*id, judged.as_ref())?;
                 self.apply_set_node_state(*id, *state, reason, *hold_ms, now)
             }
             Command::JudgeNodeState { id, state, .. } => self.judge_node_state(*id, *state, now),

@@ -222,7 +222,8 @@ impl Recoverer {
         let src = if mine.current {
             Some((first, mine))
         } else {
-            pick_source(first, mine, rest, &near).map(|(n, d, _)| (n, d))
+            let stayed = |n: NodeId, at: drove_types::Epoch| view.placed_throughout(m.oid, n, at);
+            pick_source(first, mine, rest, &near, &stayed).map(|(n, d, _)| (n, d))
         };
         let Some(src) = src.map(|(node, d)| ReplicaView {
             node,

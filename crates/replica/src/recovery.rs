@@ -627,12 +627,13 @@ impl Recoverer {
         // Every answer counts as one (a node that dropped its copy holds no write
         // the others lack); only some are sources.
         let mut digests = self.digests_of(&others, oid, len, view.map.epoch, by).await;
-        // A host that lost power since its last clean epoch reads its own copy: a
+        // A host that lost power since its last clean epoch (or since this copy
+        // was last made current: a leftover, seed 8017) reads its own copy: a
         // write the power loss cut may have left a block whose data and checksum
         // disagree, which the checksums alone do not show. Digested by checksums,
         // such a copy, the only one of its version, was made current as it stood,
         // and every read of the block failed (e2e_power_loss, seed 639504).
-        let mine_by = if cu.lost_unflushed() {
+        let mine_by = if cu.lost_unflushed_in(oid) {
             DigestBy::Reading
         } else {
             by
@@ -664,7 +665,14 @@ impl Recoverer {
         {
             mine = self.local.digest(oid, len, mine_by).await?;
         }
-        let mut source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
+        let stayed = |n: NodeId, at: Epoch| view.placed_throughout(oid, n, at);
+        let mut source = pick_source(
+            self.me,
+            mine,
+            &as_sources(&placed, digests.clone()),
+            &near,
+            &stayed,
+        );
         if !matches!(source, Some((_, _, false))) {
             // Nobody's copy is known current. The best copy that answered holds every
             // acknowledged write only if, for every epoch since its last one, a node
@@ -680,7 +688,13 @@ impl Recoverer {
                 .ask_unasked(&view, oid, len, since(&source), by, &mut digests)
                 .await
             {
-                source = pick_source(self.me, mine, &as_sources(&placed, digests.clone()), &near);
+                source = pick_source(
+                    self.me,
+                    mine,
+                    &as_sources(&placed, digests.clone()),
+                    &near,
+                    &stayed,
+                );
             }
             // A higher version found among them only narrows the set; a current copy
             // found among them ends the question.
@@ -714,7 +728,7 @@ impl Recoverer {
             };
             let sure = |n: NodeId| {
                 if n == self.me {
-                    return !cu.lost_unflushed();
+                    return !cu.lost_unflushed_in(oid);
                 }
                 digests
                     .iter()
@@ -812,7 +826,7 @@ impl Recoverer {
         mine: &ObjDigest,
         digests: &[(NodeId, ObjDigest)],
     ) -> bool {
-        if !mine.present || !self.local.catchup().lost_unflushed() {
+        if !mine.present || !self.local.catchup().lost_unflushed_in(oid) {
             return false;
         }
         if digests
@@ -854,7 +868,7 @@ impl Recoverer {
         // replaced whole by the far copy, short of two durable writes (`--seed
         // 3016`).
         let at = Epoch(mine.version.epoch);
-        let seal_before_far = self.local.catchup().lost_unflushed() && near(self.me, at);
+        let seal_before_far = self.local.catchup().lost_unflushed_in(oid) && near(self.me, at);
         if order.is_empty() && !alone {
             return false;
         }
@@ -1230,11 +1244,14 @@ impl Repair for Recoverer {
     }
 }
 
-/// Whether a peer's copy comes from a node that has not been clean since it
-/// started, with nothing to show it kept its page cache: a copy present, not
-/// known current, on a node whose clean epoch is 0 (a host back from a power loss
-/// reports 0 until its recovery is done; so does a new node, whose copies were
-/// fetched from others).
+/// Whether a peer's answer comes from a node that has not been clean since it
+/// started, with nothing to show it kept its page cache: a copy, or the absence of
+/// one, not known current, on a node whose clean epoch is 0 (a host back from a
+/// power loss reports 0 until its recovery is done; so does a new node, whose
+/// copies were fetched from others, and a node on a new, empty disk, whose "none
+/// here" says nothing of the writes the old disk took: `drove sim faults --meta
+/// raft --seed 9679 --time 20s` took such an answer as the witness of an epoch,
+/// and a copy that lost a write to a power loss replaced the one copy holding it).
 fn unsure_since_boot(d: &ObjDigest) -> bool {
-    d.present && !d.current && d.clean_epoch == Epoch(0)
+    !d.current && d.clean_epoch == Epoch(0)
 }

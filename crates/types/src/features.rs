@@ -16,9 +16,12 @@
 //! - 3: a gateway's verdict that a node is down carries who judged it and on which
 //!   map (`SetNodeState`'s `judged`), and is refused when its judge has been down
 //!   since (an older build would apply it: the two state machines would differ).
+//! - 4: such a verdict on a node of another zone is refused too when another node
+//!   of the judge's zone was marked down since its map (the judge was likely cut
+//!   off with its zone).
 
 /// The newest cluster feature level this build knows.
-pub const FEATURE_LEVEL: u32 = 3;
+pub const FEATURE_LEVEL: u32 = 4;
 
 /// The level of a node or cluster that says nothing of levels (a build from
 /// before them).
@@ -30,6 +33,7 @@ pub fn feature_name(level: u32) -> &'static str {
         0 | 1 => "the base features",
         2 => "per-VDI I/O limits",
         3 => "verdicts checked against their judge's view",
+        4 => "verdicts checked against their judge's zone",
         _ => "features of a newer build",
     }
 }

@@ -47,7 +47,9 @@ pub enum Command {
         /// and its verdict, committed once the cut heals, must not mark down
         /// nodes that took other gateways' writes meanwhile (`drove sim faults
         /// --meta raft --seed 105 --time 20s` with the gateway fan-out: two home
-        /// copies of a zone-sync VDI marked down 3 s late, a write lost).
+        /// copies of a zone-sync VDI marked down 3 s late, a write lost). From
+        /// level 4, a verdict on a node of another zone is refused too when another
+        /// node of the judge's zone was marked down since that map (seed 4181).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         judged: Option<Judged>,
     },

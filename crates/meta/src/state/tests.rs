@@ -335,6 +335,61 @@ fn test_a_gateways_verdict_is_refused_when_its_judge_was_down_since_its_map() {
     assert_eq!(old.map.nodes[&NodeId(3)].state, NodeState::Down);
 }
 
+/// From feature level 4 a verdict on a node of another zone is refused when
+/// another node of the judge's zone was marked down since its map: the judge was
+/// likely cut off with its zone (raft seed 4181). A verdict on its own zone, or
+/// judged on a map after the mark-down, is taken; at level 3 the rule is not
+/// applied (an older build would not apply it).
+#[test]
+fn test_a_verdict_across_zones_is_refused_when_the_judges_zone_lost_a_node_since_its_map() {
+    let build = |level: u32| {
+        let mut s = MetaState::default();
+        for (id, zone) in [(1, "z1"), (2, "z1"), (3, "z2"), (4, "z2"), (5, "z3")] {
+            add(&mut s, node(id, zone), 100);
+        }
+        s.settings.feature_level = level;
+        s
+    };
+    let mut s = build(4);
+    let e = s.map.epoch.0;
+    // The other side marks node 4 down (node 3's zone-mate), judged by node 1.
+    s.apply(&verdict(4, NodeState::Down, Some((1, e))), 90)
+        .unwrap();
+    // Node 3's verdict on node 1, judged on the map before: refused.
+    let before = s.clone();
+    let (kind, msg) = err_of(s.apply(&verdict(1, NodeState::Down, Some((3, e))), 91));
+    assert_eq!(kind, ErrorKind::StaleEpoch, "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "node 4, in the same zone as node 3, was marked down at epoch {}",
+            e + 1
+        )),
+        "{msg}"
+    );
+    assert_eq!(s, before);
+    // On its own zone, or on another zone from a map after the mark-down: taken.
+    let mut own = s.clone();
+    own.apply(&verdict(4, NodeState::Up, None), 92).unwrap();
+    let up = own.map.epoch.0;
+    own.apply(&verdict(4, NodeState::Down, Some((3, up))), 93)
+        .unwrap();
+    assert_eq!(own.map.nodes[&NodeId(4)].state, NodeState::Down);
+    s.apply(&verdict(1, NodeState::Down, Some((3, e + 1))), 92)
+        .unwrap();
+    assert_eq!(s.map.nodes[&NodeId(1)].state, NodeState::Down);
+    // A zone-mate down already in the judge's map does not count.
+    let now = s.map.epoch.0;
+    s.apply(&verdict(2, NodeState::Down, Some((3, now))), 93)
+        .unwrap();
+    // At level 3 the same verdict as above is taken.
+    let mut old = build(3);
+    old.apply(&verdict(4, NodeState::Down, Some((1, e))), 90)
+        .unwrap();
+    old.apply(&verdict(1, NodeState::Down, Some((3, e))), 91)
+        .unwrap();
+    assert_eq!(old.map.nodes[&NodeId(1)].state, NodeState::Down);
+}
+
 #[test]
 fn test_set_node_state_unknown_node_is_not_found() {
     let mut s = with_nodes(1);

@@ -86,6 +86,22 @@ impl View {
             .collect()
     }
 
+    /// Whether node `n` was placed on `oid` in every map from epoch `since` on (the
+    /// history's maps, then the current one): it took every write and flush
+    /// acknowledged for the object since then. A node marked down meanwhile was
+    /// not, and missed the flushes acknowledged without it; after a site's power
+    /// loss, its copy of the same version may lack a write they made durable.
+    pub(crate) fn placed_throughout(&self, oid: ObjectId, n: NodeId, since: Epoch) -> bool {
+        let Some(v) = self.vdis.get(&oid.vdi) else {
+            return false;
+        };
+        self.history
+            .iter()
+            .filter(|m| m.epoch >= since)
+            .chain(std::iter::once(&*self.map))
+            .all(|m| locate_vdi(m, v, oid).contains(&n))
+    }
+
     /// The nodes recovery of `oid` still waits for, when no copy is known current
     /// and the best copy's last write was made at epoch `since`: for each map from
     /// `since` on, the nodes that took every write acknowledged under it (its
@@ -226,8 +242,12 @@ pub(super) fn as_sources(
 /// home zone marked its nodes down); else, nobody's copy being known
 /// current, the one with the highest version (the last writer's, see
 /// [`drove_types::ObjVersion`]), then one `near` says was in the VDI's home zone
-/// when it took that version's writes, then the latest clean epoch, then the first
-/// in order, `me` counted first. A version names the epoch and lock of a copy's
+/// when it took that version's writes, then the latest clean epoch, then one
+/// `stayed` says was placed on the object at every epoch since its version's
+/// (a node marked down meanwhile missed the flushes acknowledged without it: after
+/// the whole site lost power, its copy of the same version, short of a write they
+/// made durable, was taken over one that held it, `drove sim faults --meta raft
+/// --seed 9469 --time 20s`), then the first in order, `me` counted first. A version names the epoch and lock of a copy's
 /// last write, not the write: copies of one version differ when a zone-sync write
 /// reached the home zone and not yet the copy outside it, which lags and never
 /// leads (`drove sim faults --seed 824 --time 40s`: the far copy, short of the
@@ -240,6 +260,7 @@ pub(crate) fn pick_source(
     mine: ObjDigest,
     others: &[(NodeId, ObjDigest)],
     near: &dyn Fn(NodeId, Epoch) -> bool,
+    stayed: &dyn Fn(NodeId, Epoch) -> bool,
 ) -> Option<(NodeId, ObjDigest, bool)> {
     let me = (me, mine);
     if let Some((n, d)) = others.iter().find(|(_, d)| d.current && !d.corrupt) {
@@ -264,8 +285,8 @@ pub(crate) fn pick_source(
         .filter(|(_, d)| !d.corrupt && d.present)
         .rev()
         .max_by_key(|(n, d)| {
-            let home = near(*n, Epoch(d.version.epoch));
-            (d.version, home, d.clean_epoch)
+            let at = Epoch(d.version.epoch);
+            (d.version, near(*n, at), d.clean_epoch, stayed(*n, at))
         })
         .map(|(n, d)| (*n, *d, true))
 }
@@ -376,28 +397,36 @@ mod tests {
         let far_v = d(false, (1, 18), 30, 8);
         let home = |n: NodeId, at: Epoch| n != n1 && at == Epoch(18);
         // n1, outside the home zone, has the later clean epoch and comes first.
-        let (src, _, force) = pick_source(n1, far_v, &[(n2, v), (n3, v)], &home).unwrap();
+        let (src, _, force) = pick_source(n1, far_v, &[(n2, v), (n3, v)], &home, &none).unwrap();
         assert!(src == n2 || src == n3, "{src}");
         assert!(force);
         // Without a home zone the clean epoch still decides.
-        assert_eq!(pick_source(n1, far_v, &[(n2, v)], &none).unwrap().0, n1);
+        assert_eq!(
+            pick_source(n1, far_v, &[(n2, v)], &none, &none).unwrap().0,
+            n1
+        );
         // A higher version outside the home zone still wins.
         let newer = d(false, (1, 19), 5, 9);
-        assert_eq!(pick_source(n1, newer, &[(n2, v)], &home).unwrap().0, n1);
+        assert_eq!(
+            pick_source(n1, newer, &[(n2, v)], &home, &none).unwrap().0,
+            n1
+        );
         // A far copy known current (made so while the home zone was down) is passed
         // over for a home copy of its version, known current or not...
         let far_current = d(true, (1, 18), 30, 8);
-        let (src, _, force) = pick_source(n2, v, &[(n1, far_current)], &home).unwrap();
+        let (src, _, force) = pick_source(n2, v, &[(n1, far_current)], &home, &none).unwrap();
         assert_eq!((src, force), (n2, true));
-        let (src, _, force) = pick_source(n3, v, &[(n1, far_current), (n2, v)], &home).unwrap();
+        let (src, _, force) =
+            pick_source(n3, v, &[(n1, far_current), (n2, v)], &home, &none).unwrap();
         assert_eq!((src, force), (n3, true));
         // ...nor for a later one, which the far copy lacks (seed 272)...
         let later = d(false, (1, 19), 20, 5);
         let home19 = |n: NodeId, at: Epoch| n != n1 && at >= Epoch(18);
         let (src, got, force) =
-            pick_source(n2, later, &[(n1, far_current), (n3, later)], &home19).unwrap();
+            pick_source(n2, later, &[(n1, far_current), (n3, later)], &home19, &none).unwrap();
         assert_eq!((src, got.version, force), (n2, later.version, true));
-        let (src, got, _) = pick_source(n3, v, &[(n1, far_current), (n2, later)], &home19).unwrap();
+        let (src, got, _) =
+            pick_source(n3, v, &[(n1, far_current), (n2, later)], &home19, &none).unwrap();
         assert_eq!(
             (src, got.version),
             (n2, later.version),
@@ -405,7 +434,7 @@ mod tests {
         );
         // ...but not for a home copy of an older version.
         let old = d(false, (1, 17), 30, 6);
-        let (src, _, force) = pick_source(n2, old, &[(n1, far_current)], &home).unwrap();
+        let (src, _, force) = pick_source(n2, old, &[(n1, far_current)], &home, &none).unwrap();
         assert_eq!((src, force), (n1, false));
     }
 
@@ -423,11 +452,11 @@ mod tests {
         assert_eq!(ds.len(), 2);
         assert!(!ds[1].1.current, "n3 holds an earlier placement's copy");
         // The highest version still wins, fetched by force.
-        let (src, _, force) = pick_source(n1, older, &ds, &none).unwrap();
+        let (src, _, force) = pick_source(n1, older, &ds, &none, &none).unwrap();
         assert_eq!((src, force), (n3, true));
         // A placed node's copy known current goes first.
         let ds = as_sources(&placed, vec![(n3, newer), (n2, newer)]);
-        assert_eq!(pick_source(n1, older, &ds, &none).unwrap().0, n2);
+        assert_eq!(pick_source(n1, older, &ds, &none, &none).unwrap().0, n2);
         // A dropped copy on an unplaced node is no answer at all.
         let ds = as_sources(&placed, vec![(n3, gone)]);
         assert!(ds.is_empty());
@@ -640,6 +669,12 @@ mod tests {
         // Removed: not waited for, whatever the epoch.
         let v3 = view(vec![m1.clone(), m2.clone(), m3]);
         assert_eq!(v3.placed_since(oid, Epoch(1)), since2);
+        // Placed at every epoch since: the other holder from epoch 1, the third
+        // node from epoch 2 only, the first holder not after epoch 1.
+        assert!(v2.placed_throughout(oid, first[1], Epoch(1)));
+        assert!(!v2.placed_throughout(oid, third, Epoch(1)));
+        assert!(v2.placed_throughout(oid, third, Epoch(2)));
+        assert!(!v2.placed_throughout(oid, first[0], Epoch(1)));
 
         // noout: the third node holds the object at epoch 2 only because its first
         // holder is down, so its copy waits; the other holder's copy does not.
@@ -660,29 +695,42 @@ mod tests {
         // and 3 took generation 2's writes at epoch 4. Nobody knows its copy current.
         let stale = d(false, (1, 2), 6, 0xAA);
         let newer = d(false, (2, 4), 4, 0xCC);
-        let (src, got, force) = pick_source(n1, stale, &[(n2, newer), (n3, newer)], &none).unwrap();
+        let (src, got, force) =
+            pick_source(n1, stale, &[(n2, newer), (n3, newer)], &none, &none).unwrap();
         assert_eq!((src, got.crc, force), (n2, 0xCC, true));
         // Same generation: the later epoch wins.
         let old_epoch = d(false, (2, 3), 9, 0x11);
-        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)], &none).unwrap();
+        let (src, ..) = pick_source(n1, newer, &[(n2, old_epoch)], &none, &none).unwrap();
         assert_eq!(src, n1);
         // Equal versions: the later clean epoch, then the first in order (me first).
-        let (src, ..) = pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))], &none).unwrap();
+        let (src, ..) =
+            pick_source(n1, newer, &[(n2, d(false, (2, 4), 5, 1))], &none, &none).unwrap();
         assert_eq!(src, n2);
-        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)], &none).unwrap();
+        let (src, ..) = pick_source(n1, newer, &[(n2, newer), (n3, newer)], &none, &none).unwrap();
         assert_eq!(src, n1);
+        // Equal versions and clean epochs (a whole site's power loss): one placed at
+        // every epoch since, over a node marked down meanwhile (seed 9469); the
+        // clean epoch still comes first.
+        let stayed = |n: NodeId, _: Epoch| n == n3;
+        let (src, ..) =
+            pick_source(n1, newer, &[(n2, newer), (n3, newer)], &none, &stayed).unwrap();
+        assert_eq!(src, n3);
+        let later = d(false, (2, 4), 5, 1);
+        let (src, ..) =
+            pick_source(n1, newer, &[(n2, later), (n3, newer)], &none, &stayed).unwrap();
+        assert_eq!(src, n2);
         // A copy known current wins whatever its version, unless it is corrupt;
         // corrupt and missing copies are never sources.
         let current = d(true, (1, 1), 1, 7);
-        let (src, _, force) = pick_source(n1, newer, &[(n2, current)], &none).unwrap();
+        let (src, _, force) = pick_source(n1, newer, &[(n2, current)], &none, &none).unwrap();
         assert_eq!((src, force), (n2, false));
         let mut bad = current;
         bad.corrupt = true;
         let mut gone = newer;
         gone.present = false;
-        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)], &none).unwrap();
+        let (src, ..) = pick_source(n1, stale, &[(n2, bad), (n3, gone)], &none, &none).unwrap();
         assert_eq!(src, n1);
-        assert!(pick_source(n1, gone, &[(n2, bad)], &none).is_none());
+        assert!(pick_source(n1, gone, &[(n2, bad)], &none, &none).is_none());
     }
 
     #[test]
