@@ -278,9 +278,17 @@ impl CatchUp {
     /// Record that nothing held at `epoch` is pending, on disk first.
     pub fn set_clean(&self, epoch: Epoch) -> Result<()> {
         if let Some(r) = &self.record {
+            // While copies held since the host's power loss are still unsure, the
+            // record names no boot: a restart of the process in this boot is then
+            // taken as the power loss it follows, and compares every copy again,
+            // rather than trusting them all (the set is in memory only).
+            let boot = match self.lock().since_boot.is_empty() {
+                true => self.boot.clone(),
+                false => None,
+            };
             let body = serde_json::to_vec(&Persisted {
                 clean_epoch: epoch.0,
-                boot: self.boot.clone(),
+                boot,
             })
             .map_err(|e| Error::new(ErrorKind::Io, format!("encode recovery state: {e}")))?;
             r.save(&body)
@@ -453,8 +461,26 @@ mod tests {
         assert!(after.lost_unflushed_in(b), "b is as the power loss left it");
         after.mark_current(b);
         assert!(!after.lost_unflushed_in(b));
-        // The same boot: nothing was lost, nothing is unsure.
-        let same = CatchUp::with_record(file(), boot("b"));
+        // A restart in the same boot while a copy was still unsure is taken as the
+        // power loss it follows.
+        let again = CatchUp::with_record(file(), boot("c"));
+        again.install(Epoch(9), [a, b].into_iter().collect());
+        again.mark_current(a);
+        again.set_clean(Epoch(9)).unwrap();
+        assert!(again.lost_unflushed_in(b));
+        let restarted = CatchUp::with_record(file(), boot("c"));
+        assert!(
+            restarted.lost_unflushed(),
+            "b was unsure when the process stopped"
+        );
+        restarted.install(Epoch(10), [a, b].into_iter().collect());
+        assert!(restarted.lost_unflushed_in(b));
+        restarted.mark_current(a);
+        restarted.mark_current(b);
+        restarted.set_clean(Epoch(10)).unwrap();
+        // The same boot, every copy current at the last clean epoch: nothing was
+        // lost, nothing is unsure.
+        let same = CatchUp::with_record(file(), boot("c"));
         same.install(Epoch(9), [a, b].into_iter().collect());
         assert!(!same.lost_unflushed_in(a) && !same.lost_unflushed_in(b));
     }

@@ -485,6 +485,7 @@ impl LocalStore {
     pub async fn digest(&self, oid: ObjectId, len: u32, by: DigestBy) -> Result<ObjDigest> {
         let _held = self.catchup.copy_lock(oid).await;
         let clean_epoch = self.catchup.clean_epoch();
+        let since_boot = self.catchup.lost_unflushed_in(oid);
         let (present, crc, corrupt, version) = blocking(&self.store, move |s| {
             if !s.exists(oid)? {
                 let zeros = drove_objstore::zeros_content_crc(len);
@@ -501,10 +502,20 @@ impl LocalStore {
             }
         })
         .await?;
+        let current = self.knows_current(oid, present);
         Ok(ObjDigest {
             present,
-            current: self.knows_current(oid, present),
-            clean_epoch,
+            current,
+            // A copy held since the host's power loss and not made current since
+            // is as unsure for the others as it is here (a copy no longer placed
+            // here stays so after the node is clean again): with the node's clean
+            // epoch it would answer alone for the epochs it took writes in, and
+            // win the tie on clean epoch over copies that kept their page cache.
+            clean_epoch: if since_boot && !current {
+                Epoch(0)
+            } else {
+                clean_epoch
+            },
             crc,
             corrupt,
             version,
