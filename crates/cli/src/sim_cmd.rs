@@ -169,6 +169,11 @@ pub struct PaperSimArgs {
     /// number of threads.
     #[arg(long)]
     threads: Option<usize>,
+    /// The metadata: `model` (drove's state machine applied after a modelled
+    /// commit time, one round trip between zones per command) or `raft` (the
+    /// metadata service drove runs, openraft included, on every node).
+    #[arg(long, default_value = "model")]
+    meta: String,
 }
 
 /// Log lines stamped with the simulated time.
@@ -445,6 +450,9 @@ fn paper(a: PaperSimArgs, json: bool) -> Result<()> {
         bail!("--link-mb-s and --disk-mb-s must be above 0");
     }
     let parallel = parse_parallel(&a.parallel)?;
+    let Some(meta) = MetaMode::parse(&a.meta) else {
+        bail!("Unknown metadata '{}' in --meta: use model or raft", a.meta);
+    };
     let model = drove_sim::Model {
         zones: a.zones,
         nodes_per_zone: a.nodes_per_zone,
@@ -465,6 +473,7 @@ fn paper(a: PaperSimArgs, json: bool) -> Result<()> {
         policies: parse_policies(&a.policy)?,
         ops: parse_ops(&a.ops)?,
         seed: a.seed,
+        meta,
         ..PaperOpts::default()
     };
     let started = std::time::Instant::now();

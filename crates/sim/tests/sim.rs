@@ -3,6 +3,7 @@
 //! WAN behaviour shows (zone-sync writes do not wait for the other zones).
 use drove_paperbench::index::{lookup, IndexKind};
 use drove_paperbench::{Op, System};
+use drove_sim::cluster::MetaMode;
 use drove_sim::faults::{FaultKind, FaultOpts};
 use drove_sim::paper::PaperOpts;
 use drove_sim::{run_seed, run_seed_within, run_seeds, Model};
@@ -179,6 +180,36 @@ fn test_the_simulated_paper_shows_zone_sync_writes_not_waiting_for_other_zones()
         (0.95..1.2).contains(&xz),
         "cross-zone bytes per byte written: {xz}"
     );
+}
+
+/// `sim paper --meta raft`: every point's cluster runs openraft, and the indexes
+/// tell the same story as with the state machine applied directly (zone-sync small
+/// writes do not wait for the other zones; sync ones do).
+#[test]
+fn test_the_simulated_paper_runs_on_openraft_with_the_same_indexes() {
+    let opts = |meta| PaperOpts {
+        parallel: vec![1],
+        ops: vec![Op::SmallWrite],
+        meta,
+        ..small_paper(3, 1)
+    };
+    let lir = |r: &drove_sim::paper::PaperReport, sys| {
+        lookup(&r.indexes, IndexKind::Latency, sys, Op::SmallWrite, 1, 10)
+            .and_then(|r| r.value)
+            .unwrap_or_else(|| panic!("no LIR of {sys:?}"))
+    };
+    let raft = drove_sim::paper::run(&opts(MetaMode::Raft), &|_, _| {}).unwrap();
+    let model = drove_sim::paper::run(&opts(MetaMode::Model), &|_, _| {}).unwrap();
+    assert!(drove_sim::paper::text(&raft).contains("metadata: openraft on every node"));
+    for sys in [System::Drove, System::DroveZoneSync] {
+        let (a, b) = (lir(&raft, sys), lir(&model, sys));
+        assert!(
+            (a - b).abs() < 0.1,
+            "{sys:?}: LIR {a} on openraft, {b} on the model"
+        );
+    }
+    assert!(lir(&raft, System::DroveZoneSync) > 0.7);
+    assert!(lir(&raft, System::Drove) < 0.2);
 }
 
 #[test]
