@@ -18,7 +18,8 @@ pub enum UpgradeCmd {
     /// build that knows it (refused, naming the nodes left, before that). From then
     /// on nodes of older builds can no longer join, and what the new level brought
     /// (level 2: per-VDI I/O limits; level 3: gateways' verdicts checked against
-    /// their judge's view) may be used. Nothing to do when already there.
+    /// their judge's view; level 4: and against their judge's zone) may be used.
+    /// Nothing to do when already there.
     Finish,
 }
 

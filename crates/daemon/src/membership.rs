@@ -30,7 +30,9 @@ impl drove_replica::Membership for MetaMembership {
             });
             // Nodes of other zones first: a verdict on one of them is refused
             // once a node of this node's zone was marked down since `seen`
-            // (feature level 4), and this batch's own must not count.
+            // (feature level 4), and this batch's own must not count. A refusal
+            // stops the batch before its verdicts on this zone: the request is
+            // judged again on the new map.
             let mut nodes = nodes;
             {
                 let state = self.0.state();

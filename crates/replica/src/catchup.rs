@@ -240,7 +240,11 @@ impl CatchUp {
             let mut g = self.lock();
             if g.unknown && g.lost_unflushed {
                 // The first pending set after the host booted holds every copy
-                // here (recovery counts them all pending, its clean epoch being 0).
+                // here that the node's own listing named (recovery counts them all
+                // pending, its clean epoch being 0; a listing that failed names
+                // none, and those copies are neither pending nor unsure: a known
+                // gap). It may be every object on the node: kept until each is
+                // made current.
                 g.since_boot = pending.clone();
             }
             g.epoch = epoch;

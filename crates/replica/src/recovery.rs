@@ -12,8 +12,11 @@
 //!   epoch history keeps every map, so epochs this node never saw still count).
 //!
 //! The source of a copy is a replica that knows its own copy is current. When none
-//! does (every holder restarted after missing writes), the one with the latest
-//! clean epoch wins, this node included, so holders agree without talking.
+//! does (every holder restarted after missing writes), the one with the highest
+//! version wins, then a home-zone copy, the latest clean epoch, a node placed at
+//! every epoch since the version, this node's own, the first in order
+//! ([`plan::pick_source`]); holders may differ on the last ties, which the
+//! post-crash settle makes identical.
 //!
 //! The decisions are pure functions in [`plan`] (what is held where, since when,
 //! which copy wins); the progress record is [`progress`]; this file is the engine
@@ -1254,4 +1257,33 @@ impl Repair for Recoverer {
 /// and a copy that lost a write to a power loss replaced the one copy holding it).
 fn unsure_since_boot(d: &ObjDigest) -> bool {
     !d.current && d.clean_epoch == Epoch(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node not clean since it started (clean epoch 0, its copy not known
+    /// current) answers unsure, with a copy or with none (seed 9679: "none here"
+    /// from a new, empty disk); a clean node's answer, or a copy known current, is
+    /// sure.
+    #[test]
+    fn test_an_answer_from_a_node_not_clean_since_it_started_is_unsure_copy_or_none() {
+        let d = |present, current, clean| ObjDigest {
+            present,
+            current,
+            clean_epoch: Epoch(clean),
+            crc: 0,
+            corrupt: false,
+            version: Default::default(),
+        };
+        assert!(unsure_since_boot(&d(true, false, 0)));
+        assert!(
+            unsure_since_boot(&d(false, false, 0)),
+            "none here, new disk"
+        );
+        assert!(!unsure_since_boot(&d(false, false, 9)));
+        assert!(!unsure_since_boot(&d(true, false, 9)));
+        assert!(!unsure_since_boot(&d(true, true, 0)));
+    }
 }

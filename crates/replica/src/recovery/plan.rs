@@ -87,10 +87,14 @@ impl View {
     }
 
     /// Whether node `n` was placed on `oid` in every map from epoch `since` on (the
-    /// history's maps, then the current one): it took every write and flush
-    /// acknowledged for the object since then. A node marked down meanwhile was
-    /// not, and missed the flushes acknowledged without it; after a site's power
-    /// loss, its copy of the same version may lack a write they made durable.
+    /// history's maps, then the current one): for a sync VDI, or among the home
+    /// copies of a zone-sync one, it took every write and flush acknowledged for
+    /// the object since then (a far copy lags: never a proof of durability). A node
+    /// marked down meanwhile did not, and missed the flushes acknowledged without
+    /// it; after a site's power loss, its copy of the same version may lack a write
+    /// they made durable. Only a tie-break: when the copies that hold such a write
+    /// were also marked down once, or the object moved off them, none stayed, and
+    /// the choice falls back to order (seed 9469's neighbours are not covered).
     pub(crate) fn placed_throughout(&self, oid: ObjectId, n: NodeId, since: Epoch) -> bool {
         let Some(v) = self.vdis.get(&oid.vdi) else {
             return false;
