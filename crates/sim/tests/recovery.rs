@@ -298,27 +298,7 @@ fn test_a_scrub_repairs_a_rotten_copy_that_a_recovery_by_checksums_passed() {
     use drove_replica::catchup::Repair;
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 3,
-            ..Model::default()
-        };
-        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
-        let oid = ObjectId::new(vdi.id, 0);
-        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
-        let g = c
-            .acquire("v", placed[0], Duration::from_secs(600))
-            .await
-            .unwrap();
-        let gw = c.node(placed[0]).unwrap().gateway.clone();
-        gw.write(&vdi, oid, 0, Bytes::from(vec![3u8; 16384]), false, g)
-            .await
-            .unwrap();
+        let (c, _, oid, placed) = one_object_written(3, false).await;
         let node = c.node(placed[1]).unwrap();
         node.mem.as_ref().unwrap().corrupt_block(oid, 2);
         // The copy is pending (as on a node catching up), and a recovery of it
@@ -352,27 +332,8 @@ fn test_a_scrub_repairs_a_rotten_copy_that_a_recovery_by_checksums_passed() {
 fn test_a_read_while_every_copy_is_being_recovered_waits_for_one() {
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 3,
-            ..Model::default()
-        };
-        let c = SimCluster::new(model, 64 << 10, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
-        let oid = ObjectId::new(vdi.id, 0);
-        let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
-        let g = c
-            .acquire("v", placed[0], Duration::from_secs(600))
-            .await
-            .unwrap();
+        let (c, vdi, oid, placed) = one_object_written(7, true).await;
         let gw = c.node(placed[0]).unwrap().gateway.clone();
-        gw.write(&vdi, oid, 0, Bytes::from(vec![7u8; 16384]), true, g)
-            .await
-            .unwrap();
         for n in &placed {
             c.node(*n).unwrap().local.catchup().mark_pending(oid);
         }
@@ -384,4 +345,41 @@ fn test_a_read_while_every_copy_is_being_recovered_waits_for_one() {
         let got = read.await.unwrap().expect("read once a copy is current");
         assert!(got.iter().all(|&b| b == 7));
     });
+}
+
+/// Three nodes in one zone, VDI "v" (1 MiB, 64 KiB objects, 3 copies), and the first
+/// 16 KiB of its first object written with `byte` by the writer on the object's
+/// first node (`fua`: acknowledged durable): the cluster, the VDI, the object and
+/// the nodes it is placed on. Runs on the simulator's runtime.
+async fn one_object_written(
+    byte: u8,
+    fua: bool,
+) -> (
+    std::sync::Arc<SimCluster>,
+    drove_types::VdiInfo,
+    ObjectId,
+    Vec<NodeId>,
+) {
+    let model = Model {
+        zones: 1,
+        nodes_per_zone: 3,
+        ..Model::default()
+    };
+    let c = SimCluster::new(model, 64 << 10, Disks::Memory);
+    let vdi = c
+        .create_vdi("v", 1 << 20, None, WritePolicy::Sync)
+        .await
+        .unwrap();
+    c.publish();
+    let oid = ObjectId::new(vdi.id, 0);
+    let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
+    let g = c
+        .acquire("v", placed[0], Duration::from_secs(600))
+        .await
+        .unwrap();
+    let gw = c.node(placed[0]).unwrap().gateway.clone();
+    gw.write(&vdi, oid, 0, Bytes::from(vec![byte; 16384]), fua, g)
+        .await
+        .unwrap();
+    (c, vdi, oid, placed)
 }
