@@ -146,17 +146,10 @@ impl MetaState {
         if j.seen < first {
             return stale(format!("epochs before {first} are no longer known"));
         }
-        let down_since = self.epoch_history.iter().find(|r| {
-            r.epoch > j.seen
-                && r.map
-                    .nodes
-                    .get(&j.by)
-                    .is_none_or(|n| n.state != NodeState::Up)
-        });
-        if let Some(r) = down_since {
+        if let Some((_, at)) = self.first_down_after(j.seen, &[j.by]) {
             return stale(format!(
-                "node {} was down at epoch {} (its view was cut off or behind)",
-                j.by, r.epoch
+                "node {} was down at epoch {at} (its view was cut off or behind)",
+                j.by
             ));
         }
         if self.settings.feature_level >= 4 {
@@ -200,11 +193,17 @@ impl MetaState {
             .filter(|n| n.id != j.by && &n.zone == zone && n.state == NodeState::Up)
             .map(|n| n.id)
             .collect();
+        self.first_down_after(j.seen, &mates)
+    }
+
+    /// The first of `nodes` down (or gone) in a map of the epoch history after
+    /// epoch `seen`, with that map's epoch.
+    fn first_down_after(&self, seen: Epoch, nodes: &[NodeId]) -> Option<(NodeId, Epoch)> {
         self.epoch_history
             .iter()
-            .filter(|r| r.epoch > j.seen)
+            .filter(|r| r.epoch > seen)
             .find_map(|r| {
-                mates
+                nodes
                     .iter()
                     .find(|m| r.map.nodes.get(m).is_none_or(|n| n.state != NodeState::Up))
                     .map(|m| (*m, r.epoch))
