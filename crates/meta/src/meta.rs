@@ -377,6 +377,13 @@ impl Meta {
         );
     }
 
+    /// The index of the last log entry this node applied: [`Meta::status`]'s
+    /// `last_applied_index` without copying the whole Raft metrics (the simulator
+    /// asks it at every simulated write).
+    pub fn last_applied_index(&self) -> Option<u64> {
+        self.raft.metrics().borrow().last_applied.map(|l| l.index)
+    }
+
     /// Raft status of this node.
     pub fn status(&self) -> MetaStatus {
         let m = self.raft.metrics().borrow().clone();

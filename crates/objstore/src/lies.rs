@@ -18,11 +18,11 @@
 //!   blocks it should have made durable keep their old content at a power loss,
 //!   whatever later flushes say, until they are written again.
 //! - The disk can be made to hold only so many blocks ([`Lies::capacity`]).
-use crate::crc::BLOCK;
-use crate::mem::Obj;
+use crate::mem::{Block, Obj};
 use drove_types::{Error, ObjectId, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 /// Chance that a block written since the last flush reached the disk on its own.
 const WRITTEN_BACK: f64 = 0.3;
@@ -39,7 +39,7 @@ pub(crate) struct Lies {
     atomic: BTreeSet<ObjectId>,
     /// Blocks a failed flush forgot: their durable content (`None`: a hole),
     /// restored at a power loss until the block is written again.
-    doomed: BTreeMap<(ObjectId, u64), Option<Box<[u8; BLOCK]>>>,
+    doomed: BTreeMap<(ObjectId, u64), Option<Block>>,
     /// The next flush fails.
     pub(crate) fail_next_flush: bool,
     /// Flushes failed so far.
@@ -163,7 +163,10 @@ fn changed_blocks(a: Option<&Obj>, b: Option<&Obj>) -> Vec<u64> {
     );
     let keys: BTreeSet<u64> = ab.keys().chain(bb.keys()).copied().collect();
     keys.into_iter()
-        .filter(|k| ab.get(k) != bb.get(k))
+        .filter(|k| match (ab.get(k), bb.get(k)) {
+            (Some(x), Some(y)) => !Arc::ptr_eq(x, y) && x != y,
+            (x, y) => x.is_some() != y.is_some(),
+        })
         .collect()
 }
 

@@ -21,12 +21,19 @@ use drove_types::{
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// One 4 KiB block, shared: the copy of an object's durable image taken at its
+/// first change since a flush ([`Lies`]) copies pointers, not the data, and a
+/// write copies only the blocks it changes (`Arc::make_mut`). Profiled, the copy
+/// of whole objects took a tenth of `drove sim faults --meta raft`.
+pub(crate) type Block = Arc<[u8; BLOCK]>;
 
 const BS: u64 = BLOCK_SIZE;
 
 #[derive(Default, Clone)]
 pub(crate) struct Obj {
-    pub(crate) blocks: BTreeMap<u64, Box<[u8; BLOCK]>>,
+    pub(crate) blocks: BTreeMap<u64, Block>,
     /// Blocks that read as [`ErrorKind::Corrupt`] until wholly overwritten.
     pub(crate) corrupt: BTreeSet<u64>,
     /// Blocks whose reads fail with EIO (a latent sector error) until wholly
@@ -331,10 +338,11 @@ impl ObjectStore for MemStore {
         let end = offset + len;
         for b in first..=last {
             let (s, e) = (offset.max(b * BS), end.min((b + 1) * BS));
-            let block = obj
-                .blocks
-                .entry(b)
-                .or_insert_with(|| Box::new([0u8; BLOCK]));
+            let block = Arc::make_mut(
+                obj.blocks
+                    .entry(b)
+                    .or_insert_with(|| Arc::new([0u8; BLOCK])),
+            );
             block[(s - b * BS) as usize..(e - b * BS) as usize]
                 .copy_from_slice(&data[(s - offset) as usize..(e - offset) as usize]);
             obj.corrupt.remove(&b);
@@ -384,7 +392,7 @@ impl ObjectStore for MemStore {
                 obj.corrupt.remove(&b);
                 obj.eio.remove(&b);
             } else if let Some(block) = obj.blocks.get_mut(&b) {
-                block[(s - b * BS) as usize..(e - b * BS) as usize].fill(0);
+                Arc::make_mut(block)[(s - b * BS) as usize..(e - b * BS) as usize].fill(0);
             }
         }
         Ok(())
@@ -511,9 +519,9 @@ impl MemStore {
         };
         for (b, chunk) in data.chunks(BLOCK).enumerate() {
             if chunk.iter().any(|&x| x != 0) {
-                let mut block = Box::new([0u8; BLOCK]);
+                let mut block = [0u8; BLOCK];
                 block[..chunk.len()].copy_from_slice(chunk);
-                obj.blocks.insert(b as u64, block);
+                obj.blocks.insert(b as u64, Arc::new(block));
             }
         }
         let mut objects = self.lock();

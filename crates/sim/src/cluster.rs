@@ -158,7 +158,7 @@ pub struct SimCluster {
     meta: Mutex<MetaState>,
     /// With openraft: the newest state a running node held when last asked, the
     /// answer while no node runs (the whole site powered off).
-    last_raft_state: Mutex<MetaState>,
+    last_raft_state: Mutex<Arc<MetaState>>,
     /// With openraft: every node's real metadata.
     raft: Option<raft::RaftMetas>,
     nodes: Mutex<BTreeMap<NodeId, Arc<SimNode>>>,
@@ -188,7 +188,7 @@ impl SimCluster {
             object_size,
             disks,
             meta: Mutex::new(MetaState::default()),
-            last_raft_state: Mutex::new(MetaState::default()),
+            last_raft_state: Mutex::new(Arc::default()),
             raft: None,
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
@@ -236,7 +236,7 @@ impl SimCluster {
             object_size,
             disks,
             meta: Mutex::new(MetaState::default()),
-            last_raft_state: Mutex::new(MetaState::default()),
+            last_raft_state: Mutex::new(Arc::default()),
             nodes: Mutex::new(BTreeMap::new()),
             crashed: Mutex::new(BTreeMap::new()),
             history: Mutex::new(Arc::default()),
@@ -326,26 +326,29 @@ impl SimCluster {
         self.nodes.lock().keys().copied().collect()
     }
 
-    /// A copy of the metadata state. With openraft: the state of the running
-    /// node that applied the most of the log (every applied entry was committed,
-    /// so it is the newest state any node knows). While no node runs, the last
-    /// such state: answered empty instead, a write acknowledged as the whole site
-    /// lost power was checked against no lock at all (`drove sim faults --seed
-    /// 5432 --time 20s --meta raft`).
-    pub fn state(&self) -> MetaState {
+    /// The metadata state. With openraft: the state of the running node that
+    /// applied the most of the log (every applied entry was committed, so it is
+    /// the newest state any node knows). While no node runs, the last such state:
+    /// answered empty instead, a write acknowledged as the whole site lost power
+    /// was checked against no lock at all (`drove sim faults --seed 5432 --time
+    /// 20s --meta raft`). With the model: a copy of the model's state (callers
+    /// that need only part of it use [`SimCluster::with_state`], which copies
+    /// nothing).
+    pub fn state(&self) -> Arc<MetaState> {
         if self.raft.is_none() {
-            return self.meta.lock().clone();
+            return Arc::new(self.meta.lock().clone());
         }
+        self.raft_state()
+    }
+
+    /// With openraft: the newest applied state (see [`SimCluster::state`]),
+    /// shared, not copied: the simulator asks it at every simulated write.
+    fn raft_state(&self) -> Arc<MetaState> {
         let newest = self
             .running_metas()
             .into_iter()
-            .max_by_key(|m| {
-                (
-                    m.status().last_applied_index,
-                    std::cmp::Reverse(m.node_id()),
-                )
-            })
-            .map(|m| MetaState::clone(&m.state()));
+            .max_by_key(|m| (m.last_applied_index(), std::cmp::Reverse(m.node_id())))
+            .map(|m| m.state());
         let mut last = self.last_raft_state.lock();
         match newest {
             Some(st) => {
@@ -356,12 +359,18 @@ impl SimCluster {
         }
     }
 
+    /// Run `f` on the metadata state (as [`SimCluster::state`] picks it)
+    /// without copying it.
+    pub fn with_state<R>(&self, f: impl FnOnce(&MetaState) -> R) -> R {
+        if self.raft.is_none() {
+            return f(&self.meta.lock());
+        }
+        f(&self.raft_state())
+    }
+
     /// The VDI named `name`.
     pub fn vdi(&self, name: &str) -> Option<VdiInfo> {
-        if self.raft.is_some() {
-            return self.state().vdis.get(name).cloned();
-        }
-        self.meta.lock().vdis.get(name).cloned()
+        self.with_state(|st| st.vdis.get(name).cloned())
     }
 
     fn new_disk(&self) -> Disk {
@@ -918,18 +927,12 @@ impl SimCluster {
 
     /// The metadata's current map.
     pub fn map(&self) -> ClusterMap {
-        if self.raft.is_some() {
-            return self.state().map;
-        }
-        self.meta.lock().map.clone()
+        self.with_state(|st| st.map.clone())
     }
 
     /// The epochs the metadata went through.
     pub fn epoch(&self) -> u64 {
-        if self.raft.is_some() {
-            return self.state().map.epoch.0;
-        }
-        self.meta.lock().map.epoch.0
+        self.with_state(|st| st.map.epoch.0)
     }
 }
 

@@ -1062,14 +1062,16 @@ async fn client(c: Arc<SimCluster>, cl: Arc<Client>, mut rng: Rng, end: Instant)
 /// The nodes the metadata's map places `oid` on and has up: the copies a write
 /// acknowledged now was made on.
 fn holders(c: &SimCluster, vdi: &VdiInfo, oid: ObjectId) -> Vec<NodeId> {
-    let map = c.map();
-    drove_placement::locate_vdi(&map, vdi, oid)
-        .into_iter()
-        .filter(|id| {
-            map.node(*id)
-                .is_some_and(|n| n.state == drove_types::NodeState::Up)
-        })
-        .collect()
+    c.with_state(|st| {
+        drove_placement::locate_vdi(&st.map, vdi, oid)
+            .into_iter()
+            .filter(|id| {
+                st.map
+                    .node(*id)
+                    .is_some_and(|n| n.state == drove_types::NodeState::Up)
+            })
+            .collect()
+    })
 }
 
 /// Book a write's outcome: `(block, index of its record, generation)`; an
@@ -1096,8 +1098,7 @@ fn record_write(
         r.durable = fua;
         r.holders = holders;
     }
-    let st = c.state();
-    let holder = st.locks.get(&vdi).map(|l| (l.owner, l.generation));
+    let holder = c.with_state(|st| st.locks.get(&vdi).map(|l| (l.owner, l.generation)));
     if holder != Some((cl.node, g)) {
         b.violations.push(format!(
             "VDI {}: a write under generation {g} of node {} was acknowledged while the lock is {holder:?}",
