@@ -25,8 +25,9 @@ use std::sync::Arc;
 
 /// One 4 KiB block, shared: the copy of an object's durable image taken at its
 /// first change since a flush ([`Lies`]) copies pointers, not the data, and a
-/// write copies only the blocks it changes (`Arc::make_mut`). Profiled, the copy
-/// of whole objects took a tenth of `drove sim faults --meta raft`.
+/// write copies only the blocks it changes (`Arc::make_mut`). Profiled, that copy
+/// (`MemStore::changing`) took 9 % of `drove sim faults --meta raft` with blocks of
+/// their own.
 pub(crate) type Block = Arc<[u8; BLOCK]>;
 
 const BS: u64 = BLOCK_SIZE;
