@@ -171,6 +171,10 @@ impl NetCluster {
         // Joiners come in as learners; the leader promotes them once caught up (3
         // voters at most by default, never 2).
         c.wait_voters(if n >= 3 { 3 } else { 1 });
+        // The nodes' data shares the test machine's disk: as in `Cluster`, recovery
+        // must not wait for room a test does not need.
+        let o = c.drove(0, &["cluster", "config", "--backfill-full", "100"]);
+        assert!(o.status.success(), "cluster config failed: {}", text(&o));
         c
     }
 
