@@ -506,3 +506,44 @@ fn test_the_oldest_age_and_the_shipping_time_together_stay_within_the_share() {
     st.flying[0].at = now - Duration::from_millis(400);
     assert!(st.admits(1 << 20, bound, now));
 }
+
+/// A new busy spell measures its rate afresh, but until it has, a write must fit
+/// the last spell's rate as well as the first allowance: a second 1 MiB write that
+/// a 2 MB/s rate cannot ship within half of a 2 s bound waits, where the allowance
+/// alone let it in.
+#[tokio::test]
+async fn test_a_new_busy_spell_is_held_to_the_last_spell_s_rate_until_it_measures_one() {
+    let lane = Lane::default();
+    let v = vdi(2000, 256 << 20);
+    lane.st.lock().rate = Some(2e6);
+    push(&lane, &v, 0, write(0, 1 << 20, 1)).await;
+    let bound = v.max_lag();
+    let mut st = lane.st.lock();
+    assert_eq!((st.rate, st.prior), (None, Some(2e6)));
+    assert!(!st.admits((1 << 20) + ENTRY_OVERHEAD, bound, Instant::now()));
+    // Without a prior, the first allowance alone admits it (two large writes).
+    st.prior = None;
+    assert!(st.admits((1 << 20) + ENTRY_OVERHEAD, bound, Instant::now()));
+}
+
+/// A prior rate is dropped as soon as the spell ships faster than it, even before
+/// a whole sample window: else a lane whose writes each ship within the window
+/// would stay held to a slow link's old rate.
+#[test]
+fn test_a_spell_shipping_faster_than_the_prior_rate_drops_it() {
+    let mut st = State::default();
+    let start = Instant::now();
+    st.window = Some((start, 0));
+    st.prior = Some(2e6);
+    // 1 MiB done in 50 ms: 21 MB/s, though the window is not over.
+    st.sample_rate(1 << 20, start + Duration::from_millis(50));
+    assert_eq!((st.rate, st.prior), (None, None));
+    // 64 KiB in 50 ms is slower than the prior: it stays.
+    st.window = Some((start, 0));
+    st.prior = Some(2e6);
+    st.sample_rate(64 << 10, start + Duration::from_millis(50));
+    assert_eq!((st.rate, st.prior), (None, Some(2e6)));
+    // A whole window's sample replaces both.
+    st.sample_rate(300 << 10, start + Duration::from_millis(250));
+    assert!(st.rate.is_some() && st.prior.is_none());
+}
