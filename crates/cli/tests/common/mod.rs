@@ -331,6 +331,23 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failing test (on CI, say) shows what each node logged last: the
+        // directory is gone after this.
+        if std::thread::panicking() {
+            for n in &self.nodes {
+                let log = Path::new(&n.data).join("node.log");
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(80)..];
+                eprintln!(
+                    "--- last {} lines of node {} ({}):\n{}",
+                    tail.len(),
+                    n.id,
+                    log.display(),
+                    tail.join("\n")
+                );
+            }
+        }
         let _ = Command::new(drove_bin())
             .args(["down", "--dir", self.dir.path().to_str().unwrap()])
             .output();
