@@ -56,6 +56,11 @@ impl Torn {
         self.ranges.lock().keys().copied().collect()
     }
 
+    /// Whether object `index` has torn ranges still.
+    pub(crate) fn is_torn(&self, index: u32) -> bool {
+        self.ranges.lock().contains_key(&index)
+    }
+
     /// Object `index` was made identical on every replica.
     pub(crate) fn mended(&self, index: u32) {
         self.ranges.lock().remove(&index);
