@@ -10,7 +10,10 @@
 //! resumes). But giving the lock up cleanly says every copy has every write: the
 //! next writer then skips the post-crash repair. So before a release, a
 //! hand-over or a snapshot, the volume makes each torn object identical on every
-//! replica first ([`crate::Volume`] reads it from one and writes it whole).
+//! replica first ([`crate::Volume`] reads it from one and writes it whole, client
+//! writes waiting meanwhile: a client attached again during a detach's mend
+//! could otherwise write between the read and the write back, and lose that
+//! write to the older bytes).
 use crate::map::Extent;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
