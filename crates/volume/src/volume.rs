@@ -612,7 +612,7 @@ impl Volume {
     /// object's read and write), unless `paused`: the caller stopped them already.
     /// Without that, a client attaching again while the last one's detach was
     /// mending lost an acknowledged 4 MiB on every replica (e2e_heal's full-disk
-    /// test on a busy machine, 3 runs of 3).
+    /// test on a busy machine: 10 runs of 21; crates/sim/tests/torn.rs).
     async fn mend_torn(&self, generation: u64, paused: bool) -> Result<()> {
         let torn = self.torn.objects();
         if torn.is_empty() {
