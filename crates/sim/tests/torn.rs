@@ -56,14 +56,15 @@ fn mend_then_write(delay: Duration) {
         v.attach();
         // The first write takes the lock, which gives the VDI its home zone: the
         // volume writes once its record shows it (what the node's watch does).
-        let mut first = v.write(0, Bytes::from(vec![1u8; os as usize]), true).await;
+        let ones = Bytes::from(vec![1u8; os as usize]);
+        let mut first = v.write(0, ones.clone(), true).await;
         for _ in 0..10 {
             if first.is_ok() {
                 break;
             }
             c.publish();
             v.set_info(c.vdi("v").unwrap(), Vec::new());
-            first = v.write(0, Bytes::from(vec![1u8; os as usize]), true).await;
+            first = v.write(0, ones.clone(), true).await;
         }
         first.unwrap();
 
