@@ -289,8 +289,11 @@ impl WriteLock {
             {
                 self.update(|h| {
                     // Never shorter: an earlier attempt may answer after a later one.
-                    let until = asked + lease.duration;
-                    h.valid_until = Some(h.valid_until.map_or(until, |t| t.max(until)));
+                    // A lease given up meanwhile (the last client detached, a
+                    // hand-over) is not brought back: its release is on its way, and
+                    // writes acknowledged under it would follow the release.
+                    let Some(t) = h.valid_until else { return };
+                    h.valid_until = Some(t.max(asked + lease.duration));
                     h.vdi = lease.vdi;
                 });
                 Renewal::Renewed
@@ -370,6 +373,18 @@ impl WriteLock {
             h.renewing = false;
         });
         gen
+    }
+
+    /// Keep this node from taking the lock while the guard lives (a release is
+    /// being committed: the metadata would grant this node's own generation again,
+    /// and the release would then end a lock a client writes under).
+    pub async fn hold_grants(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.acquiring.lock().await
+    }
+
+    /// Whether this node holds a lease (valid or run out) it has not given up.
+    pub fn has_lease(&self) -> bool {
+        self.snapshot().valid_until.is_some()
     }
 
     /// Every client detached: give the lock up and forget any retirement. Returns

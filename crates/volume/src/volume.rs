@@ -148,6 +148,21 @@ impl Volume {
                 );
                 return;
             }
+            // A client that attached since may write under g (the metadata grants
+            // this node its own generation again while the lock is held), or wrote
+            // before the drain: g is then not released (a release would end the
+            // lock it writes under, and tell the next writer that g's writes are on
+            // every copy, durably). Grants wait until the release is committed; one
+            // after it takes a new generation.
+            let _no_grant = self.lock.hold_grants().await;
+            if self.attached.load(Ordering::SeqCst) != 0
+                || self.lock.has_lease()
+                || !self.torn.objects().is_empty()
+                || !self.dirty.lock().is_empty()
+            {
+                tracing::debug!(vdi = %info.name, "a client attached during the detach: the lock is kept");
+                return;
+            }
             if let Err(e) = self.locks.release(&info, g).await {
                 tracing::warn!(vdi = %info.name, "releasing the lock failed (it will expire): {e}");
             } else if info.ephemeral {

@@ -48,6 +48,23 @@ pub(crate) fn one_node_volume() -> Arc<Volume> {
 }
 
 fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume> {
+    volume_and_local(store, locks).0
+}
+
+/// The catalog of the one-node stack, with lock generation `generation` handed out.
+fn publish(local: &LocalStore, info: &VdiInfo, generation: u64) {
+    local.catalog().publish(drove_replica::Catalog {
+        map: local.catalog().get().map.clone(),
+        vdis: std::sync::Arc::new([(info.id, info.clone())].into()),
+        next_vdi_id: 2,
+        generations: [(info.id, generation)].into(),
+    });
+}
+
+fn volume_and_local(
+    store: Arc<MemStore>,
+    locks: Arc<dyn LockService>,
+) -> (Arc<Volume>, Arc<LocalStore>) {
     let me = NodeId(1);
     let mut map = ClusterMap {
         epoch: Epoch(1),
@@ -67,12 +84,13 @@ fn volume_over(store: Arc<MemStore>, locks: Arc<dyn LockService>) -> Arc<Volume>
     let info = VdiInfo::new(VdiId(1), "v", 16 << 20, 4 << 20, 1);
     local.catalog().publish(drove_replica::Catalog {
         map: cell.get(),
-        vdis: std::sync::Arc::new([(info.id, info.clone())].into()),
+        vdis: std::sync::Arc::new([].into()),
         next_vdi_id: 2,
-        generations: [(info.id, 1)].into(),
+        generations: [].into(),
     });
-    let gateway = Gateway::new(me, local, pool, cell, metrics);
-    Volume::new(info, Vec::new(), gateway, locks)
+    publish(&local, &info, 1);
+    let gateway = Gateway::new(me, local.clone(), pool, cell, metrics);
+    (Volume::new(info, Vec::new(), gateway, locks), local)
 }
 
 /// Detach the last client of a volume that wrote, and wait until the lock is gone.
@@ -352,4 +370,106 @@ async fn test_a_write_waits_longer_for_a_slow_majority_than_for_an_absent_one() 
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(e.to_string().contains("majority unreachable"), "{e}");
     assert!(took >= ACQUIRE_PATIENCE && took < slow, "{took:?}");
+}
+
+/// A semaphore with no permit to begin with.
+struct Gate(tokio::sync::Semaphore);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(tokio::sync::Semaphore::new(0))
+    }
+}
+
+/// A lock table like the metadata's, for one VDI: a holder asking again gets its
+/// own generation back; a release ends the lock and settles its generation.
+/// Releases wait at a gate, so that a test can act while one is on its way.
+#[derive(Default)]
+struct GatedLocks {
+    /// (generation held, last generation granted, generation settled).
+    table: parking_lot::Mutex<(Option<u64>, u64, u64)>,
+    gate: Gate,
+    releasing: tokio::sync::Notify,
+    asked: tokio::sync::Notify,
+    /// Where a new generation is published, as the metadata's catalog does.
+    local: std::sync::OnceLock<Arc<LocalStore>>,
+}
+
+#[async_trait]
+impl LockService for GatedLocks {
+    async fn acquire(&self, vdi: &VdiInfo) -> Result<Lease> {
+        self.asked.notify_one();
+        let mut t = self.table.lock();
+        let generation = match t.0 {
+            Some(g) => g,
+            None => {
+                t.1 += 1;
+                t.0 = Some(t.1);
+                if let Some(local) = self.local.get() {
+                    publish(local, vdi, t.1);
+                }
+                t.1
+            }
+        };
+        Ok(Lease {
+            generation,
+            duration: Duration::from_secs(60),
+            vdi: vdi.id,
+            home_zone: vdi.home_zone.clone(),
+        })
+    }
+    async fn release(&self, _vdi: &VdiInfo, generation: u64) -> Result<()> {
+        self.releasing.notify_one();
+        self.gate.0.acquire().await.unwrap().forget();
+        let mut t = self.table.lock();
+        if t.0 == Some(generation) {
+            t.0 = None;
+            t.2 = generation;
+        }
+        Ok(())
+    }
+}
+
+/// The last client detaches; while the volume's release of generation 1 is on its
+/// way to the metadata, a client attaches again and writes. Granted generation 1
+/// again (the metadata still has it held by this node), it wrote under a lock the
+/// release then ended, with generation 1 marked settled: its next renewal would
+/// find no lock and refuse every write, and a crash would skip the repair of its
+/// writes. Now grants wait for the release, and the write takes generation 2.
+#[tokio::test]
+async fn test_a_client_attaching_while_the_release_at_detach_is_under_way_writes_under_a_new_lock()
+{
+    let locks = Arc::new(GatedLocks::default());
+    let (vol, local) = volume_and_local(Arc::new(MemStore::new(4 << 20)), locks.clone());
+    let _ = locks.local.set(local);
+    vol.attach();
+    vol.write(0, Bytes::from(vec![5u8; 4096]), false)
+        .await
+        .unwrap();
+    assert_eq!(vol.lock.held_generation(), Some(1));
+    let releasing = locks.releasing.notified();
+    vol.detach();
+    releasing.await;
+
+    vol.attach();
+    let asked = locks.asked.notified();
+    let write = {
+        let vol = vol.clone();
+        tokio::spawn(async move { vol.write(4096, Bytes::from(vec![6u8; 4096]), true).await })
+    };
+    // Before the fix the write asked for the lock at once; now it waits for the
+    // release (the wait ends either way).
+    let _ = tokio::time::timeout(Duration::from_millis(500), asked).await;
+    locks.gate.0.add_permits(1);
+    write.await.unwrap().unwrap();
+    let (held, _, settled) = *locks.table.lock();
+    assert_eq!(
+        held,
+        vol.lock.held_generation(),
+        "the volume writes under a lock the metadata holds for it"
+    );
+    assert!(
+        held.is_some_and(|g| g > settled),
+        "held {held:?}, settled {settled}"
+    );
 }
