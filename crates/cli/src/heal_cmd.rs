@@ -20,8 +20,11 @@ const LONG: Duration = Duration::from_secs(3600);
 pub struct CheckArgs {
     /// VDI name.
     pub name: String,
-    /// Make replicas that differ identical (copy the first good replica in
-    /// placement order over the others). Refused while the VDI is attached for writing.
+    /// Make replicas that differ identical (the copy kept is chosen as recovery
+    /// chooses its source). Refused while the VDI is attached for writing; the
+    /// repair holds the VDI's write lock while it runs, so a client attaching
+    /// meanwhile waits for it (and its writes fail if it takes longer than a few
+    /// seconds).
     #[arg(long)]
     pub repair: bool,
 }

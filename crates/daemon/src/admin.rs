@@ -22,6 +22,8 @@ pub struct Admin {
     pub nbd_tls: drove_nbd::TlsMode,
     pub nbd_socket: String,
     pub recoverer: Arc<drove_replica::Recoverer>,
+    /// This node's write locks (a repair holds the VDI's lock while it runs).
+    pub locks: Arc<crate::locks::MetaLocks>,
     pub exports: Arc<crate::exports::VdiExports>,
     /// For asking other nodes' admin APIs (who has a VDI open).
     pub http: reqwest::Client,
@@ -431,21 +433,9 @@ async fn check_vdi(
 ) -> ApiResult<drove_replica::CheckReport> {
     let info = find_vdi(&a, &name)?;
     if req.repair {
-        if let Some(l) = a.meta.state().locks.get(&info.id) {
-            if l.expires_ms > drove_types::clock::unix_ms() {
-                return Err(Error::new(
-                    ErrorKind::Locked,
-                    format!(
-                        "VDI '{name}' is being written through node {}: a repair would race its writes; detach it first",
-                        l.owner,
-                        name = drove_types::shown(&name)
-                    ),
-                )
-                .into());
-            }
-        }
+        return Ok(Json(a.locks.check_and_repair(&a.recoverer, &info).await?));
     }
-    Ok(Json(a.recoverer.check(&info, req.repair).await?))
+    Ok(Json(a.recoverer.check(&info, false).await?))
 }
 
 async fn recovery(State(a): State<Admin>) -> ApiResult<api::Recovery> {

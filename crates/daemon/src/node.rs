@@ -174,7 +174,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
     let settler = crate::settle::Settler::new(meta.clone(), cfg.lock_lease);
     settler.set_recoverer(recoverer.clone());
     let locks = crate::locks::MetaLocks::new(meta.clone(), cfg.lock_lease, settler);
-    let exports = VdiExports::new(meta.clone(), gateway, locks, metrics.clone());
+    let exports = VdiExports::new(meta.clone(), gateway, locks.clone(), metrics.clone());
 
     let admin_router = meta.public_router().merge(admin::router(Admin {
         meta: meta.clone(),
@@ -187,6 +187,7 @@ pub async fn run(cfg: NodeConfig, shutdown: impl Future<Output = ()>) -> Result<
         },
         nbd_socket: info.nbd_socket.clone(),
         recoverer: recoverer.clone(),
+        locks,
         exports: exports.clone(),
         http: node_client(
             cfg.admin_token.as_deref(),

@@ -171,7 +171,7 @@ impl Settler {
 
 /// Renew this node's lease on `vdi` every third of it; returns (the error to stop
 /// the repair with) once the lease may have run out without a renewal.
-async fn renew_while_repairing(meta: &dyn MetaApi, vdi: &str, lease: Duration) -> Error {
+pub(crate) async fn renew_while_repairing(meta: &dyn MetaApi, vdi: &str, lease: Duration) -> Error {
     let mut valid_until = tokio::time::Instant::now() + lease;
     loop {
         tokio::time::sleep(lease / 3).await;
