@@ -82,9 +82,17 @@ async fn snapshot(
         };
         applied(&meta, &expect_vdi(meta.execute(cmd).await?)?).await
     };
+    // A volume here, holding a lease or not, is paused around the snapshot: one
+    // between two leases may be taking the lock again right now, and a write it
+    // then sent under the grant of the VDI's old id would land in the snapshot.
     let live = match a.exports.volume(&name) {
-        Some(vol) if vol.holds_lock() => vol.snapshot_with(propose).await?,
-        _ => {
+        Some(vol) => {
+            if !vol.holds_lock() {
+                a.exports.settle_crashed_writer(&info).await?;
+            }
+            vol.snapshot_with(propose).await?
+        }
+        None => {
             a.exports.settle_crashed_writer(&info).await?;
             propose().await?.0
         }
