@@ -458,7 +458,7 @@ impl Gateway {
 
     /// Write `data` into `oid` at `offset` on every replica, under lock `generation`.
     pub async fn write(
-        &self,
+        self: &Arc<Self>,
         vdi: &VdiInfo,
         oid: ObjectId,
         offset: u64,
@@ -466,15 +466,16 @@ impl Gateway {
         fua: bool,
         generation: u64,
     ) -> Result<()> {
-        let _order = self.locks.lock(oid, offset, data.len() as u64).await;
+        let order = self.locks.lock(oid, offset, data.len() as u64).await;
         let op = Op::Write { offset, data };
-        self.fan_out(vdi, oid, op, fua, generation).await
+        self.fan_out_ordered(order, vdi, oid, op, fua, generation)
+            .await
     }
 
     /// Make `[offset, offset+len)` of `oid` read as zeros on every replica, under
     /// lock `generation`.
     pub async fn write_zeroes(
-        &self,
+        self: &Arc<Self>,
         vdi: &VdiInfo,
         oid: ObjectId,
         offset: u64,
@@ -482,23 +483,57 @@ impl Gateway {
         fua: bool,
         generation: u64,
     ) -> Result<()> {
-        let _order = self.locks.lock(oid, offset, len).await;
+        let order = self.locks.lock(oid, offset, len).await;
         let op = Op::Zeroes { offset, len };
-        self.fan_out(vdi, oid, op, fua, generation).await
+        self.fan_out_ordered(order, vdi, oid, op, fua, generation)
+            .await
     }
 
     /// Replace `oid` by `data` on every replica, atomically on each (a clone's
     /// copy-up), under lock `generation`.
     pub async fn create(
-        &self,
+        self: &Arc<Self>,
         vdi: &VdiInfo,
         oid: ObjectId,
         data: Bytes,
         generation: u64,
     ) -> Result<()> {
-        let _order = self.locks.lock(oid, 0, u64::from(vdi.object_size)).await;
-        self.fan_out(vdi, oid, Op::Create { data }, false, generation)
+        let order = self.locks.lock(oid, 0, u64::from(vdi.object_size)).await;
+        let op = Op::Create { data };
+        self.fan_out_ordered(order, vdi, oid, op, false, generation)
             .await
+    }
+
+    /// [`Gateway::fan_out`] in a task of its own that holds `order`, the write's
+    /// range lock, until every replica answered, even when the caller stops
+    /// waiting (a write of several objects that failed on one, a write that
+    /// outlived its lease, a client gone). Run in the caller's future, the
+    /// fan-out was dropped with it and the range lock given up while its
+    /// requests were still on their way: the next write to the same bytes then
+    /// went out beside them, and a replica could apply the two in either order,
+    /// keeping the older bytes under an acknowledged write.
+    async fn fan_out_ordered(
+        self: &Arc<Self>,
+        order: crate::ranges::RangeGuard,
+        vdi: &VdiInfo,
+        oid: ObjectId,
+        op: Op,
+        fua: bool,
+        generation: u64,
+    ) -> Result<()> {
+        let me = self.clone();
+        let vdi = vdi.clone();
+        tokio::spawn(async move {
+            let _order = order;
+            me.fan_out(&vdi, oid, op, fua, generation).await
+        })
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("The write of object {oid} stopped: {e}"),
+            )
+        })?
     }
 
     /// Send a write to the replicas of `oid` on the current map. A replica past
