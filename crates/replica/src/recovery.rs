@@ -46,6 +46,7 @@ mod mend;
 mod object;
 mod plan;
 mod progress;
+mod rot;
 
 pub(crate) use plan::pick_source;
 pub use plan::View;

@@ -35,35 +35,14 @@ impl Recoverer {
         }
     }
 
-    /// Recover this node's copy of `oid`, whose data a read found rotten under
-    /// its checksums (a scrub): the copies are compared by reading them. Compared
-    /// by checksums, the rotten copy looks as good as the others (the rot is under
-    /// them) and was kept (e2e_heal's scrub tests: `repaired=1`, and the byte
-    /// still flipped).
-    ///
-    /// The copy is read again once the slot is this call's: a recovery that
-    /// compared by checksums may have had it first and marked the copy current,
-    /// its rot unseen, and this call then returned at once, the copy still rotten,
-    /// and the scrub counted it repaired (`drove sim faults --seed 1628 --time
-    /// 40s`: node 3 was catching up when it scrubbed).
-    pub(crate) async fn recover_rotten(&self, oid: ObjectId, len: u32) -> Result<()> {
-        let slot = self.slot(oid);
-        let _one = slot.lock().await;
-        if !self
-            .local
-            .digest(oid, len, DigestBy::Reading)
-            .await?
-            .corrupt
-        {
-            return Ok(());
-        }
-        self.local.catchup().mark_pending(oid);
-        self.recover_by(oid, false, DigestBy::Reading).await
-    }
-
     /// [`Recoverer::recover`] with the copies' digests taken `by` checksums or by
     /// reading them; the caller holds the object's slot.
-    async fn recover_by(&self, oid: ObjectId, limited: bool, by: DigestBy) -> Result<()> {
+    pub(super) async fn recover_by(
+        &self,
+        oid: ObjectId,
+        limited: bool,
+        by: DigestBy,
+    ) -> Result<()> {
         let cu = self.local.catchup();
         if cu.is_current(oid) {
             return Ok(());
