@@ -33,6 +33,7 @@ pub mod net;
 pub mod paper;
 pub mod rng;
 pub mod sizestore;
+pub mod testing;
 
 pub use faults::{run_seed, run_seed_within, FaultOpts, SeedReport, SEED_LIMIT};
 pub use model::Model;

@@ -1,10 +1,8 @@
 //! `vdi check --repair` and a client writing the VDI at the same time, on the
 //! simulator with drove's own volume, lock service, recovery and replicas.
 use bytes::Bytes;
-use drove_sim::cluster::{Disks, SimCluster};
-use drove_sim::Model;
-use drove_types::{NodeId, ObjectId, WritePolicy};
-use drove_volume::Volume;
+use drove_sim::testing::{attached, first_write, small, OBJECT};
+use drove_types::{NodeId, ObjectId};
 use std::time::Duration;
 
 /// An operator repairs a VDI whose copies differ while no client has it, and a
@@ -28,42 +26,14 @@ fn test_a_write_during_a_check_repair_is_kept_on_every_copy() {
 fn repair_while_writing(same_node: bool, delay: Duration) {
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 4,
-            local_delay: Duration::from_millis(1),
-            ..Model::default()
-        };
-        let os: u32 = 64 << 10;
-        let c = SimCluster::new(model, os, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 16 * u64::from(os), None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
+        let (c, vdi) = small(4).await;
+        let os = OBJECT;
         let oid = ObjectId::new(vdi.id, 1);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
         let gw = (1..=4).map(NodeId).find(|n| !placed.contains(n)).unwrap();
         let checker = if same_node { gw } else { placed[1] };
-        let node = c.node(gw).unwrap();
-        let v = Volume::new(
-            vdi.clone(),
-            Vec::new(),
-            node.gateway.clone(),
-            node.locks.clone(),
-        );
-        v.attach();
-        let ones = Bytes::from(vec![1u8; os as usize]);
-        let mut first = v.write(u64::from(os), ones.clone(), true).await;
-        for _ in 0..10 {
-            if first.is_ok() {
-                break;
-            }
-            c.publish();
-            v.set_info(c.vdi("v").unwrap(), Vec::new());
-            first = v.write(u64::from(os), ones.clone(), true).await;
-        }
-        first.unwrap();
+        let v = attached(&c, &vdi, gw);
+        first_write(&c, &v, u64::from(os), Bytes::from(vec![1u8; os as usize])).await;
         // The client goes; its lock is released.
         v.detach();
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -2,9 +2,8 @@
 //! caller of the first stops waiting for it, on the simulator with drove's own
 //! gateway and replicas.
 use bytes::Bytes;
-use drove_sim::cluster::{Disks, SimCluster};
-use drove_sim::Model;
-use drove_types::{NodeId, ObjectId, WritePolicy};
+use drove_sim::testing::small;
+use drove_types::{NodeId, ObjectId};
 use std::time::Duration;
 
 /// A write's caller gives up on it while one replica is still writing it (a write
@@ -23,19 +22,7 @@ use std::time::Duration;
 fn test_a_write_given_up_by_its_caller_keeps_the_next_write_of_its_bytes_waiting() {
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 4,
-            local_delay: Duration::from_millis(1),
-            ..Model::default()
-        };
-        let os: u32 = 64 << 10;
-        let c = SimCluster::new(model, os, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 16 * u64::from(os), None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
+        let (c, vdi) = small(4).await;
         let oid = ObjectId::new(vdi.id, 1);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
         let gw = (1..=4).map(NodeId).find(|n| !placed.contains(n)).unwrap();

@@ -1,11 +1,8 @@
 //! A scrub's repair of a rotten copy known current, on the simulator with drove's
 //! own volume, replicas and recovery.
 use bytes::Bytes;
-use drove_sim::cluster::{Disks, SimCluster};
-use drove_sim::Model;
-use drove_types::{ObjectId, WritePolicy};
-use drove_volume::Volume;
-use std::time::Duration;
+use drove_sim::testing::{attached, first_write, small, OBJECT};
+use drove_types::ObjectId;
 
 /// A scrub finds a block of a copy known current rotten. The copy holds a write the
 /// other copies do not have yet (it reached this copy first and is still on its way
@@ -17,40 +14,12 @@ use std::time::Duration;
 fn test_a_scrub_mends_a_rotten_current_copy_and_keeps_its_other_blocks() {
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 3,
-            local_delay: Duration::from_millis(1),
-            ..Model::default()
-        };
-        let os: u32 = 64 << 10;
-        let c = SimCluster::new(model, os, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 16 * u64::from(os), None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
+        let (c, vdi) = small(3).await;
+        let os = OBJECT;
         let oid = ObjectId::new(vdi.id, 0);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
-        let node = c.node(placed[1]).unwrap();
-        let v = Volume::new(
-            vdi.clone(),
-            Vec::new(),
-            node.gateway.clone(),
-            node.locks.clone(),
-        );
-        v.attach();
-        let ones = Bytes::from(vec![1u8; os as usize]);
-        let mut first = v.write(0, ones.clone(), true).await;
-        for _ in 0..10 {
-            if first.is_ok() {
-                break;
-            }
-            c.publish();
-            v.set_info(c.vdi("v").unwrap(), Vec::new());
-            first = v.write(0, ones.clone(), true).await;
-        }
-        first.unwrap();
+        let v = attached(&c, &vdi, placed[1]);
+        first_write(&c, &v, 0, Bytes::from(vec![1u8; os as usize])).await;
 
         let rotten = c.node(placed[0]).unwrap();
         // The write on its way: block 2 of this copy has it, the others not yet.

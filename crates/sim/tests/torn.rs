@@ -2,10 +2,8 @@
 //! given up ([`drove_volume::Volume`]'s mend of torn objects), on the simulator with
 //! drove's own volume, gateway and replicas.
 use bytes::Bytes;
-use drove_sim::cluster::{Disks, SimCluster};
-use drove_sim::Model;
-use drove_types::{NodeId, ObjectId, WritePolicy};
-use drove_volume::Volume;
+use drove_sim::testing::{attached, first_write, small, OBJECT};
+use drove_types::{NodeId, ObjectId};
 use std::time::Duration;
 
 /// A write failed on a full disk (ENOSPC on one replica): its object is torn. The
@@ -27,46 +25,16 @@ fn test_a_write_acknowledged_while_the_last_client_s_detach_mends_is_kept() {
 fn mend_then_write(delay: Duration) {
     let rt = drove_sim::runtime().unwrap();
     rt.block_on(async {
-        let model = Model {
-            zones: 1,
-            nodes_per_zone: 4,
-            local_delay: Duration::from_millis(1),
-            ..Model::default()
-        };
-        let os: u32 = 64 << 10;
-        let c = SimCluster::new(model, os, Disks::Memory);
-        let vdi = c
-            .create_vdi("v", 16 * u64::from(os), None, WritePolicy::Sync)
-            .await
-            .unwrap();
-        c.publish();
+        let (c, vdi) = small(4).await;
+        let os = OBJECT;
         // The client's node holds no copy of the object: the mend reads it over the
         // network, and a write can come between its read and its write back.
         let oid = ObjectId::new(vdi.id, 1);
         let placed = drove_placement::locate_vdi(&c.map(), &vdi, oid);
         let gw = (1..=4).map(NodeId).find(|n| !placed.contains(n)).unwrap();
         let full = placed[2];
-        let node = c.node(gw).unwrap();
-        let v = Volume::new(
-            vdi.clone(),
-            Vec::new(),
-            node.gateway.clone(),
-            node.locks.clone(),
-        );
-        v.attach();
-        // The first write takes the lock, which gives the VDI its home zone: the
-        // volume writes once its record shows it (what the node's watch does).
-        let ones = Bytes::from(vec![1u8; os as usize]);
-        let mut first = v.write(0, ones.clone(), true).await;
-        for _ in 0..10 {
-            if first.is_ok() {
-                break;
-            }
-            c.publish();
-            v.set_info(c.vdi("v").unwrap(), Vec::new());
-            first = v.write(0, ones.clone(), true).await;
-        }
-        first.unwrap();
+        let v = attached(&c, &vdi, gw);
+        first_write(&c, &v, 0, Bytes::from(vec![1u8; os as usize])).await;
 
         // One replica's disk is full: a write that needs new space there fails.
         let mem = c.node(full).unwrap().mem.clone().expect("a memory disk");

@@ -45,20 +45,7 @@ impl Recoverer {
         if order.is_empty() && !alone {
             return false;
         }
-        let blocks = u64::from(len) / BLOCK_SIZE;
-        let rotten = blocking(self.local.store(), move |s| {
-            let mut bad = Vec::new();
-            for b in 0..blocks {
-                match s.read(oid, b * BLOCK_SIZE, BLOCK_SIZE as u32) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::Corrupt => bad.push(b),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(bad)
-        })
-        .await;
-        let rotten = match rotten {
+        let rotten = match self.rotten_blocks(oid, len).await {
             Ok(r) if !r.is_empty() => r,
             Ok(_) => return false,
             Err(e) => {
@@ -159,6 +146,23 @@ impl Recoverer {
 }
 
 impl Recoverer {
+    /// The blocks of this node's copy of `oid` (`len` bytes) that fail their checksums.
+    pub(super) async fn rotten_blocks(&self, oid: ObjectId, len: u32) -> Result<Vec<u64>> {
+        let blocks = u64::from(len) / BLOCK_SIZE;
+        blocking(self.local.store(), move |s| {
+            let mut bad = Vec::new();
+            for b in 0..blocks {
+                match s.read(oid, b * BLOCK_SIZE, BLOCK_SIZE as u32) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Corrupt => bad.push(b),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(bad)
+        })
+        .await
+    }
+
     fn note_absent(&self, epoch: Epoch, oid: ObjectId) {
         let mut a = self.absent.lock();
         if a.0 != epoch {

@@ -2,7 +2,7 @@
 //! are rewritten from copies known current, and it stays; it is not replaced whole.
 use drove_placement::locate_vdi;
 use drove_proto::{PeerReq, PeerResp};
-use drove_types::{Epoch, ErrorKind, NodeId, NodeState, ObjectId, Result, WritePolicy, BLOCK_SIZE};
+use drove_types::{Epoch, NodeId, NodeState, ObjectId, Result, WritePolicy, BLOCK_SIZE};
 
 use crate::local::{blocking, DigestBy};
 
@@ -97,20 +97,7 @@ impl Recoverer {
         if sources.is_empty() {
             return false;
         }
-        let blocks = u64::from(len) / BLOCK_SIZE;
-        let rotten = blocking(self.local.store(), move |s| {
-            let mut bad = Vec::new();
-            for b in 0..blocks {
-                match s.read(oid, b * BLOCK_SIZE, BLOCK_SIZE as u32) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::Corrupt => bad.push(b),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(bad)
-        })
-        .await;
-        let Ok(rotten) = rotten else {
+        let Ok(rotten) = self.rotten_blocks(oid, len).await else {
             return false;
         };
         let mut got = Vec::with_capacity(rotten.len());
