@@ -60,7 +60,8 @@ impl Recoverer {
     /// of a copy of its version known current (one in the VDI's home zone, for a
     /// zone-sync VDI: a copy outside it lags). The caller holds the object's slot
     /// and made the copy pending, so writes to it wait; those taken before are
-    /// done once its digest is taken here. False, with nothing written, when a
+    /// done once its digest is taken here (by checksums: only its version is
+    /// wanted, and the caller read it whole already). False, with nothing written, when a
     /// block has no such copy to come from, or this copy lies outside the home
     /// zone of a zone-sync VDI: the copy is then recovered as any other.
     async fn mend_rot(&self, oid: ObjectId, len: u32) -> bool {
@@ -68,7 +69,7 @@ impl Recoverer {
         let Some(vdi) = view.vdis.get(&oid.vdi) else {
             return false;
         };
-        let mine = match self.local.digest(oid, len, DigestBy::Reading).await {
+        let mine = match self.local.digest(oid, len, DigestBy::Checksums).await {
             Ok(d) if d.present => d,
             _ => return false,
         };
